@@ -1,0 +1,28 @@
+# Two entry points: `make demo` (the main job) and `make test` (the whole suite).
+# Each creates or reuses .venv and installs the package with what it needs;
+# pip's download cache is reused, so a second run installs nothing new.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: demo test install clean
+
+install: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade --quiet pip
+	$(BIN)/python -m pip install --quiet -e '.[test,fast_eval]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/efficientdet-summary --model_name=efficientdet-d0 --hparams=hparams/demo.yaml
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -ra $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,467 @@
+"""Configuration: the Config object, the EfficientDet model family, and overrides.
+
+A Config is a nested mapping with attribute access. Every model starts from
+`default_config()` plus the row of its family in `MODEL_FAMILY`; users then
+change it with `override()`, which accepts a dict, a "k=v,k2.sub=v2" string or
+a YAML file path, and rejects keys that do not exist.
+"""
+
+import copy
+import difflib
+import os
+from typing import Any, Dict, Iterator, Mapping, Tuple, Union
+
+import yaml
+
+# Keys whose values are always stored as tuples; YAML has no tuples, so they
+# are normalised again on load, which keeps save/load round trips exact.
+_TUPLE_KEYS = ("image_size",)
+# Boolean keys that also take a string (mixed_precision: "float16" or "bfloat16").
+_BOOL_OR_STRING_KEYS = ("mixed_precision",)
+
+
+class Config:
+    """A nested, attribute-accessible configuration.
+
+    `cfg.a.b` and `cfg["a"]["b"]` are the same value. Assigning a new attribute
+    directly adds a key; `override()` only changes keys that already exist.
+    """
+
+    def __init__(self, values: Mapping[str, Any] = None):
+        object.__setattr__(self, "_values", {})
+        for key, value in (values or {}).items():
+            self[key] = value
+
+    # --- mapping and attribute access ---------------------------------------
+    def __getattr__(self, key: str) -> Any:
+        values = object.__getattribute__(self, "_values")
+        if key in values:
+            return values[key]
+        raise AttributeError(_unknown_key_message(key, values.keys()))
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        self[key] = value
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._values:
+            raise KeyError(_unknown_key_message(key, self._values.keys()))
+        return self._values[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if isinstance(value, Mapping) and not isinstance(value, Config):
+            value = Config(value)
+        self._values[key] = _normalise_value(key, value)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._values
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __eq__(self, other: Any) -> bool:
+        if isinstance(other, Config):
+            return self.as_dict() == other.as_dict()
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return "Config(%r)" % self.as_dict()
+
+    def __deepcopy__(self, memo):
+        return Config(copy.deepcopy(self.as_dict(), memo))
+
+    def __getstate__(self):
+        return self.as_dict()
+
+    def __setstate__(self, state):
+        object.__setattr__(self, "_values", {})
+        for key, value in state.items():
+            self[key] = value
+
+    def keys(self):
+        return self._values.keys()
+
+    def items(self):
+        return self._values.items()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._values.get(key, default)
+
+    def copy(self) -> "Config":
+        return copy.deepcopy(self)
+
+    def as_dict(self) -> Dict[str, Any]:
+        """Plain nested dicts; tuples become lists so the result is YAML-safe."""
+        out = {}
+        for key, value in self._values.items():
+            if isinstance(value, Config):
+                value = value.as_dict()
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[key] = copy.deepcopy(value)
+        return out
+
+    # --- overrides -----------------------------------------------------------
+    def override(self, overrides: Union[str, Mapping[str, Any], None],
+                 allow_new_keys: bool = False) -> "Config":
+        """Updates this config in place and returns it.
+
+        Args:
+          overrides: a dict (nested dicts update nested configs), a string of
+            "key=value" pairs separated by commas (nested keys with dots, lists
+            written `a*b*c`), or the path of a YAML file. None or "" does nothing.
+          allow_new_keys: add keys that do not exist instead of raising.
+
+        Raises:
+          ValueError: an unknown key (the message names the closest known keys),
+            a malformed "key=value" pair, or a YAML file that is not a mapping.
+        """
+        if overrides is None or (isinstance(overrides, str) and not overrides.strip()):
+            return self
+        if isinstance(overrides, str):
+            overrides = _read_yaml(overrides) if _looks_like_yaml_path(overrides) \
+                else parse_override_string(overrides)
+        if not isinstance(overrides, Mapping):
+            raise ValueError("Config overrides must be a dict, a 'k=v,...' string or "
+                             "a YAML path, got %r" % type(overrides).__name__)
+        self._update(overrides, allow_new_keys, prefix="")
+        return self
+
+    def _update(self, overrides: Mapping[str, Any], allow_new_keys: bool, prefix: str):
+        for key, value in overrides.items():
+            if not isinstance(key, str):
+                raise ValueError("Config keys must be strings, got %r in %s" % (key, prefix or "the root"))
+            if "." in key:  # A dotted key in a dict: same as a nested dict.
+                head, rest = key.split(".", 1)
+                self._update({head: {rest: value}}, allow_new_keys, prefix)
+                continue
+            full_key = prefix + key
+            if key not in self._values:
+                if not allow_new_keys:
+                    raise ValueError(_unknown_key_message(full_key, self._values.keys(), prefix))
+                self[key] = value
+                continue
+            current = self._values[key]
+            if isinstance(current, Config) and isinstance(value, Mapping):
+                current._update(value, allow_new_keys, full_key + ".")
+            else:
+                self[key] = _coerce_like(current, value, full_key)
+
+    # --- YAML ----------------------------------------------------------------
+    def save_yaml(self, path: str) -> str:
+        """Writes the config to `path` (a file, or a directory that gets config.yaml).
+
+        The write is atomic: a crash never leaves a half-written file.
+        """
+        if os.path.isdir(path):
+            path = os.path.join(path, "config.yaml")
+        tmp_path = path + ".tmp"
+        with open(tmp_path, "w") as f:
+            yaml.safe_dump(self.as_dict(), f, default_flow_style=False, sort_keys=True)
+        os.replace(tmp_path, path)
+        return path
+
+    @classmethod
+    def from_yaml(cls, path: str) -> "Config":
+        """Reads a config written by `save_yaml` (a file, or a directory holding config.yaml)."""
+        if os.path.isdir(path):
+            path = os.path.join(path, "config.yaml")
+        return cls(_read_yaml(path))
+
+
+def _unknown_key_message(key: str, known, prefix: str = "") -> str:
+    known = list(known)
+    leaf = key[len(prefix):] if key.startswith(prefix) else key
+    close = difflib.get_close_matches(leaf, known, n=3, cutoff=0.5)
+    hint = ("; closest known keys: %s" % ", ".join(prefix + k for k in close)) if close \
+        else "; known keys: %s" % ", ".join(prefix + k for k in sorted(known)[:20])
+    return "Unknown config key %r%s" % (key, hint)
+
+
+def _looks_like_yaml_path(text: str) -> bool:
+    return text.endswith((".yaml", ".yml")) and "=" not in text
+
+
+def _read_yaml(path: str) -> Dict[str, Any]:
+    if not os.path.exists(path):
+        raise ValueError("Config YAML file not found: %s" % path)
+    with open(path) as f:
+        try:
+            data = yaml.safe_load(f)
+        except yaml.YAMLError as e:
+            raise ValueError("Cannot parse YAML file %s: %s" % (path, e)) from None
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ValueError("YAML file %s must hold a mapping of config keys, got %s"
+                         % (path, type(data).__name__))
+    return data
+
+
+def parse_scalar(text: str) -> Any:
+    """Parses one value of an override string: bool, None, int, float or str."""
+    text = text.strip()
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("none", "null"):
+        return None
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_override_string(text: str) -> Dict[str, Any]:
+    """Parses "a=1,b.c=x,d=1*2*3" into {"a": 1, "b": {"c": "x"}, "d": [1, 2, 3]}.
+
+    Values are parsed by `parse_scalar`; `*` separates list items. Nothing is
+    evaluated as Python.
+    """
+    result: Dict[str, Any] = {}
+    for pair in text.split(","):
+        if not pair.strip():
+            continue
+        if pair.count("=") != 1:
+            raise ValueError("Malformed config override %r: expected key=value" % pair.strip())
+        key, raw = (part.strip() for part in pair.split("="))
+        if not key or any(not part for part in key.split(".")):
+            raise ValueError("Malformed config override %r: empty key" % pair.strip())
+        value = [parse_scalar(item) for item in raw.split("*")] if "*" in raw else parse_scalar(raw)
+        node = result
+        *parents, leaf = key.split(".")
+        for parent in parents:
+            node = node.setdefault(parent, {})
+            if not isinstance(node, dict):
+                raise ValueError("Malformed config override %r: %s is both a value and a group"
+                                 % (pair.strip(), parent))
+        node[leaf] = value
+    return result
+
+
+def parse_image_size(value: Any) -> Tuple[int, int]:
+    """Returns (height, width) from 512, "512", "640x384" (W x H) or a (h, w) pair."""
+    if isinstance(value, bool):
+        raise ValueError("image_size must be a size, got %r" % value)
+    if isinstance(value, int):
+        size = (value, value)
+    elif isinstance(value, str):
+        parts = value.lower().split("x")
+        try:
+            numbers = [int(p) for p in parts]
+        except ValueError:
+            raise ValueError("image_size %r is neither N nor WxH" % value) from None
+        if len(numbers) == 1:
+            size = (numbers[0], numbers[0])
+        elif len(numbers) == 2:
+            size = (numbers[1], numbers[0])  # Written width x height.
+        else:
+            raise ValueError("image_size %r is neither N nor WxH" % value)
+    elif isinstance(value, (list, tuple)) and len(value) == 2:
+        size = (int(value[0]), int(value[1]))
+    else:
+        raise ValueError("image_size %r is neither N, 'N', 'WxH' nor (height, width)" % (value,))
+    if min(size) <= 0:
+        raise ValueError("image_size must be positive, got %r" % (value,))
+    return size
+
+
+def _normalise_value(key: str, value: Any) -> Any:
+    if key == "image_size" and value is not None:
+        return parse_image_size(value)
+    if key in _TUPLE_KEYS and isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+def _coerce_like(current: Any, value: Any, key: str) -> Any:
+    """Keeps overrides type-consistent with the default value where that is safe."""
+    if current is None or value is None:
+        return value
+    if isinstance(current, bool):
+        if isinstance(value, bool) or (isinstance(value, str)
+                                       and key.rsplit(".", 1)[-1] in _BOOL_OR_STRING_KEYS):
+            return value
+        raise ValueError("Config key %s expects true or false, got %r" % (key, value))
+    if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(current, (list, tuple)) and key.rsplit(".", 1)[-1] not in _TUPLE_KEYS \
+            and not isinstance(value, (list, tuple)):
+        return [value]
+    return value
+
+
+# ---------------------------------------------------------------------------
+# The model family.
+# ---------------------------------------------------------------------------
+
+def default_config() -> Config:
+    """The defaults shared by every EfficientDet model (COCO training recipe)."""
+    return Config(dict(
+        name="efficientdet-d1",
+        # Model.
+        backbone_name="efficientnet-b1",
+        image_size=640,
+        num_classes=90,
+        label_map=None,  # None, a dict {id: name}, or a dataset name such as "coco" or "voc".
+        min_level=3,
+        max_level=7,
+        num_scales=3,
+        aspect_ratios=[1.0, 2.0, 0.5],
+        anchor_scale=4.0,
+        fpn_num_filters=88,
+        fpn_cell_repeats=4,
+        box_class_repeats=3,
+        fpn_weight_method="fastattn",  # fastattn, attn, channel_attn, channel_fastattn or sum.
+        separable_conv=True,
+        apply_bn_for_resampling=True,
+        conv_after_downsample=False,
+        conv_bn_act_pattern=False,
+        pooling_type="max",
+        act_type="swish",
+        survival_prob=None,  # None: the backbone's own default; heads then skip drop-connect.
+        backbone_survival_prob=0.8,
+        batch_norm_momentum=0.99,
+        batch_norm_epsilon=1e-3,
+        is_training_bn=True,
+        # Input pipeline and augmentation.
+        mean_rgb=[0.485 * 255, 0.456 * 255, 0.406 * 255],
+        stddev_rgb=[0.229 * 255, 0.224 * 255, 0.225 * 255],
+        input_rand_hflip=True,
+        jitter_min=0.1,
+        jitter_max=2.0,
+        max_instances_per_image=100,
+        skip_crowd_during_training=True,
+        # Loss.
+        alpha=0.25,
+        gamma=1.5,
+        label_smoothing=0.0,
+        delta=0.1,
+        box_loss_weight=50.0,
+        iou_loss_type=None,  # None, iou, giou, diou or ciou.
+        iou_loss_weight=1.0,
+        weight_decay=4e-5,
+        # Optimisation.
+        optimizer="sgd",
+        momentum=0.9,
+        learning_rate=0.08,  # For a global batch of 64; scaled linearly with the batch.
+        lr_warmup_init=0.008,
+        lr_warmup_epoch=1.0,
+        lr_decay_method="cosine",  # cosine, stepwise, polynomial or constant.
+        first_lr_drop_epoch=200.0,
+        second_lr_drop_epoch=250.0,
+        poly_lr_power=0.9,
+        clip_gradients_norm=10.0,
+        num_epochs=300,
+        batch_size=64,
+        moving_average_decay=0.9998,
+        var_freeze_expr=None,
+        var_exclude_expr=r".*/class-predict/.*",  # Skipped when fine-tuning from a checkpoint.
+        # Precision, compilation, distribution.
+        mixed_precision=False,  # False, "float16", "bfloat16", or True (float16 on GPU, bfloat16 on TPU).
+        jit_compile=False,
+        steps_per_execution=1,
+        strategy="",
+        # Evaluation and post-processing.
+        map_freq=5,
+        nms_configs=dict(
+            method="gaussian",  # gaussian (soft-NMS), hard, or combined (class-aware).
+            iou_thresh=0.5,
+            score_thresh=0.001,
+            sigma=0.5,
+            max_nms_inputs=5000,  # Candidates kept before NMS; 0 keeps all.
+            max_output_size=100,
+        ),
+    ))
+
+
+# name: (backbone, image size, BiFPN filters, BiFPN repeats, head repeats, extras).
+_SWISH_FAMILY = {
+    "efficientdet-d0": ("efficientnet-b0", 512, 64, 3, 3, {}),
+    "efficientdet-d1": ("efficientnet-b1", 640, 88, 4, 3, {}),
+    "efficientdet-d2": ("efficientnet-b2", 768, 112, 5, 3, {}),
+    "efficientdet-d3": ("efficientnet-b3", 896, 160, 6, 4, {}),
+    "efficientdet-d4": ("efficientnet-b4", 1024, 224, 7, 4, {}),
+    "efficientdet-d5": ("efficientnet-b5", 1280, 288, 7, 4, {}),
+    "efficientdet-d6": ("efficientnet-b6", 1280, 384, 8, 5, {"fpn_weight_method": "sum"}),
+    "efficientdet-d7": ("efficientnet-b6", 1536, 384, 8, 5,
+                        {"fpn_weight_method": "sum", "anchor_scale": 5.0}),
+    "efficientdet-d7x": ("efficientnet-b7", 1536, 384, 8, 5,
+                         {"fpn_weight_method": "sum", "max_level": 8}),
+}
+
+# Lite models: integer-friendly normalisation, relu6, and plain sum fusion.
+_LITE_DEFAULTS = {"mean_rgb": [127.0], "stddev_rgb": [128.0], "act_type": "relu6",
+                  "fpn_weight_method": "sum"}
+_LITE_FAMILY = {
+    "efficientdet-lite0": ("efficientnet-lite0", 320, 64, 3, 3, {"anchor_scale": 3.0}),
+    "efficientdet-lite1": ("efficientnet-lite1", 384, 88, 4, 3, {"anchor_scale": 3.0}),
+    "efficientdet-lite2": ("efficientnet-lite2", 448, 112, 5, 3, {"anchor_scale": 3.0}),
+    "efficientdet-lite3": ("efficientnet-lite3", 512, 160, 6, 4, {"anchor_scale": 4.0}),
+    "efficientdet-lite3x": ("efficientnet-lite3", 640, 200, 6, 4, {"anchor_scale": 3.0}),
+    "efficientdet-lite4": ("efficientnet-lite4", 640, 224, 7, 4, {"anchor_scale": 4.0}),
+}
+
+MODEL_NAMES = tuple(_SWISH_FAMILY) + tuple(_LITE_FAMILY)
+
+
+def get_efficientdet_config(model_name: str = "efficientdet-d0") -> Config:
+    """Returns a fresh Config for one of `MODEL_NAMES`.
+
+    Raises:
+      ValueError: the name is not in the family; the message lists the known names.
+    """
+    if model_name in _SWISH_FAMILY:
+        row, extras = _SWISH_FAMILY[model_name], {}
+    elif model_name in _LITE_FAMILY:
+        row, extras = _LITE_FAMILY[model_name], dict(_LITE_DEFAULTS)
+    else:
+        raise ValueError("Unknown model name %r; known models: %s"
+                         % (model_name, ", ".join(MODEL_NAMES)))
+    backbone, size, filters, fpn_repeats, head_repeats, row_extras = row
+    extras.update(row_extras)
+    config = default_config()
+    config.override(dict(name=model_name, backbone_name=backbone, image_size=size,
+                         fpn_num_filters=filters, fpn_cell_repeats=fpn_repeats,
+                         box_class_repeats=head_repeats, **extras))
+    return config
+
+
+def validate_config(config: Config) -> Config:
+    """Checks values that would otherwise fail deep inside TensorFlow.
+
+    Raises:
+      ValueError naming the key and the accepted values.
+    """
+    def check(condition, message):
+        if not condition:
+            raise ValueError("Invalid config: " + message)
+
+    check(config.min_level >= 1 and config.max_level > config.min_level,
+          "need 1 <= min_level < max_level, got min_level=%s max_level=%s"
+          % (config.min_level, config.max_level))
+    check(config.min_level >= 3 or config.max_level <= 5,
+          "min_level must be at least 3 (levels below come from the backbone)")
+    check(isinstance(config.num_classes, int) and config.num_classes >= 1,
+          "num_classes must be a positive integer, got %r" % (config.num_classes,))
+    check(config.num_scales >= 1 and len(config.aspect_ratios) >= 1,
+          "num_scales and aspect_ratios must not be empty")
+    check(config.fpn_weight_method in ("fastattn", "attn", "channel_attn", "channel_fastattn", "sum"),
+          "fpn_weight_method must be one of fastattn, attn, channel_attn, channel_fastattn, "
+          "sum; got %r" % config.fpn_weight_method)
+    check(config.act_type in ACTIVATIONS,
+          "act_type must be one of %s; got %r" % (", ".join(ACTIVATIONS), config.act_type))
+    check(config.mixed_precision in (False, True, "float16", "bfloat16", "float32", None),
+          "mixed_precision must be false, true, 'float16' or 'bfloat16'; got %r"
+          % (config.mixed_precision,))
+    check(len(config.mean_rgb) in (1, 3) and len(config.stddev_rgb) in (1, 3),
+          "mean_rgb and stddev_rgb need 1 or 3 values")
+    return config
+
+
+# Names accepted for act_type; the functions live in model/layers.py.
+ACTIVATIONS = ("swish", "silu", "relu", "relu6", "hswish", "leaky_relu")

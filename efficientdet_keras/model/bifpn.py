@@ -1,0 +1,218 @@
+"""BiFPN: the weighted bi-directional feature pyramid of EfficientDet.
+
+Names follow the released checkpoints:
+`fpn_cells/cell_0/fnode1/resample_0_2_6/conv2d/kernel`,
+`fpn_cells/cell_0/fnode1/WSM_1`, `fpn_cells/cell_0/fnode1/op_after_combine6/conv/...`.
+"""
+
+import dataclasses
+from typing import List, Optional, Sequence
+
+import tensorflow as tf
+import tf_keras as keras
+
+from efficientdet_keras.model.layers import activation_fn, batch_norm, bn_training
+
+FUSION_METHODS = ("fastattn", "attn", "channel_attn", "channel_fastattn", "sum")
+# Keeps the fast-normalised fusion finite when every weight is zero.
+_FUSION_EPSILON = 1e-4
+
+
+@dataclasses.dataclass(frozen=True)
+class FusionNode:
+    """One BiFPN node: the level it produces and the ids of the features it fuses.
+
+    Ids 0..L-1 are the cell's inputs (min_level..max_level); id L+i is node i.
+    """
+    level: int
+    input_ids: Sequence[int]
+
+
+def bifpn_nodes(min_level: int, max_level: int) -> List[FusionNode]:
+    """The BiFPN graph: a top-down pass, then a bottom-up pass with skip edges."""
+    levels_of_ids = {level: [level - min_level] for level in range(min_level, max_level + 1)}
+    next_id = max_level - min_level + 1
+    nodes = []
+    for level in range(max_level - 1, min_level - 1, -1):  # Top-down.
+        nodes.append(FusionNode(level, (levels_of_ids[level][-1], levels_of_ids[level + 1][-1])))
+        levels_of_ids[level].append(next_id)
+        next_id += 1
+    for level in range(min_level + 1, max_level + 1):  # Bottom-up.
+        nodes.append(FusionNode(level, tuple(levels_of_ids[level]) + (levels_of_ids[level - 1][-1],)))
+        levels_of_ids[level].append(next_id)
+        next_id += 1
+    return nodes
+
+
+def upsample_nearest(x: tf.Tensor, target_height, target_width) -> tf.Tensor:
+    """Nearest-neighbour resize with the pixel convention of the released models.
+
+    (No half-pixel centres; equal to tf.image.resize for exact 2x factors.)
+    """
+    return tf.raw_ops.ResizeNearestNeighbor(
+        images=x, size=tf.stack([target_height, target_width]),
+        align_corners=False, half_pixel_centers=False)
+
+
+class ResampleFeatureMap(keras.layers.Layer):
+    """Moves a feature map from `source_level` to `target_level` with `filters` channels.
+
+    A 1x1 conv (+ BatchNorm) adapts the channels when they differ. Downsampling
+    is max (or average) pooling with stride 2^(target - source); upsampling is a
+    nearest-neighbour resize to the size of `target_like`.
+    """
+
+    def __init__(self, source_level: int, target_level: int, filters: int, config, **kwargs):
+        super().__init__(**kwargs)
+        self.source_level, self.target_level = source_level, target_level
+        self.filters = filters
+        self.config = config
+        self.conv2d = keras.layers.Conv2D(filters, 1, padding="same", name="conv2d",
+                                          dtype=self.dtype_policy)
+        self.bn = batch_norm(config, "bn", self.dtype_policy) if config.apply_bn_for_resampling else None
+        if source_level < target_level:
+            stride = 2 ** (target_level - source_level)
+            pool = {"max": keras.layers.MaxPooling2D, "avg": keras.layers.AveragePooling2D}
+            if config.pooling_type not in pool:
+                raise ValueError("pooling_type must be max or avg, got %r" % config.pooling_type)
+            self.pool = pool[config.pooling_type](pool_size=stride + 1, strides=stride,
+                                                  padding="same", dtype=self.dtype_policy)
+
+    def _adapt_channels(self, x, training):
+        if x.shape[-1] == self.filters:
+            return x
+        x = self.conv2d(x)
+        if self.bn is not None:
+            x = self.bn(x, training=bn_training(training, self.config))
+        return x
+
+    def call(self, x, target_like: Optional[tf.Tensor] = None, training=False):
+        if self.source_level < self.target_level:
+            if not self.config.conv_after_downsample:
+                x = self._adapt_channels(x, training)
+            x = self.pool(x)
+            if self.config.conv_after_downsample:
+                x = self._adapt_channels(x, training)
+            return x
+        x = self._adapt_channels(x, training)
+        if self.source_level > self.target_level:
+            target_shape = tf.shape(target_like)
+            x = upsample_nearest(x, target_shape[1], target_shape[2])
+        return x
+
+
+class OpAfterCombine(keras.layers.Layer):
+    """Activation -> 3x3 (separable) conv -> BatchNorm, applied to each fused node."""
+
+    def __init__(self, config, **kwargs):
+        super().__init__(**kwargs)
+        self.config = config
+        conv_class = (keras.layers.SeparableConv2D if config.separable_conv else keras.layers.Conv2D)
+        self.conv = conv_class(config.fpn_num_filters, 3, padding="same",
+                               use_bias=not config.conv_bn_act_pattern, name="conv",
+                               dtype=self.dtype_policy)
+        self.bn = batch_norm(config, "bn", self.dtype_policy)
+
+    def call(self, x, training=False):
+        act = self.config.act_type
+        if not self.config.conv_bn_act_pattern:
+            x = activation_fn(x, act)
+        x = self.bn(self.conv(x), training=bn_training(training, self.config))
+        if self.config.conv_bn_act_pattern:
+            x = activation_fn(x, act)
+        return x
+
+
+class FusionNodeLayer(keras.layers.Layer):
+    """Resamples its inputs to one level, fuses them with learned weights, then convolves."""
+
+    def __init__(self, node: FusionNode, input_levels: Sequence[int], num_existing: int, config,
+                 **kwargs):
+        super().__init__(**kwargs)
+        if config.fpn_weight_method not in FUSION_METHODS:
+            raise ValueError("fpn_weight_method must be one of %s, got %r"
+                             % (", ".join(FUSION_METHODS), config.fpn_weight_method))
+        self.node = node
+        self.method = config.fpn_weight_method
+        self.config = config
+        # The released names end with the number of features that exist before this node.
+        self.resamplers = [
+            ResampleFeatureMap(input_levels[i], node.level, config.fpn_num_filters, config,
+                               name="resample_%d_%d_%d" % (i, input_id, num_existing),
+                               dtype=self.dtype_policy)
+            for i, input_id in enumerate(node.input_ids)]
+        self.op_after_combine = OpAfterCombine(config, name="op_after_combine%d" % num_existing,
+                                               dtype=self.dtype_policy)
+
+    def build(self, input_shape):
+        self.edge_weights = []
+        if self.method != "sum":
+            per_channel = self.method.startswith("channel_")
+            shape = (self.config.fpn_num_filters,) if per_channel else ()
+            for i in range(len(self.node.input_ids)):
+                self.edge_weights.append(self.add_weight(
+                    name="WSM" if i == 0 else "WSM_%d" % i, shape=shape,
+                    initializer="ones", trainable=True))
+        super().build(input_shape)
+
+    def fuse(self, nodes: List[tf.Tensor]) -> tf.Tensor:
+        """Weighted sum of same-shaped feature maps, by the config's fusion method."""
+        if self.method == "sum":
+            return tf.add_n(nodes)
+        dtype = nodes[0].dtype
+        weights = [tf.cast(w, dtype) for w in self.edge_weights]
+        if self.method in ("attn", "channel_attn"):
+            # Softmax over the inputs (per channel for channel_attn).
+            normalised = tf.nn.softmax(tf.stack(weights, axis=-1), axis=-1)
+            return tf.reduce_sum(tf.stack(nodes, axis=-1) * normalised, axis=-1)
+        weights = [tf.nn.relu(w) for w in weights]  # fastattn and channel_fastattn.
+        total = tf.add_n(weights) + _FUSION_EPSILON
+        return tf.add_n([node * w / total for node, w in zip(nodes, weights)])
+
+    def call(self, features: List[tf.Tensor], training=False):
+        """Takes all features so far (cell inputs first) and returns the new node's map."""
+        target_like = features[self.node.input_ids[0]]  # Always a map at this node's level.
+        inputs = [resample(features[input_id], target_like, training=training)
+                  for resample, input_id in zip(self.resamplers, self.node.input_ids)]
+        return self.op_after_combine(self.fuse(inputs), training=training)
+
+
+class BiFPNCell(keras.layers.Layer):
+    """One BiFPN repeat: a list of maps at min..max level in, the same out."""
+
+    def __init__(self, config, **kwargs):
+        super().__init__(**kwargs)
+        self.config = config
+        num_levels = config.max_level - config.min_level + 1
+        self.graph = bifpn_nodes(config.min_level, config.max_level)
+        levels_by_id = list(range(config.min_level, config.max_level + 1))
+        self.fnodes = []
+        for index, node in enumerate(self.graph):
+            self.fnodes.append(FusionNodeLayer(
+                node, [levels_by_id[i] for i in node.input_ids], num_levels + index, config,
+                name="fnode%d" % index, dtype=self.dtype_policy))
+            levels_by_id.append(node.level)
+        # The output for a level is the last node that produced it.
+        self.output_ids = [max(i for i, level in enumerate(levels_by_id) if level == out_level)
+                           for out_level in range(config.min_level, config.max_level + 1)]
+
+    def call(self, features: List[tf.Tensor], training=False):
+        features = list(features)
+        for fnode in self.fnodes:
+            features.append(fnode(features, training=training))
+        return [features[i] for i in self.output_ids]
+
+
+class BiFPN(keras.layers.Layer):
+    """`fpn_cell_repeats` BiFPN cells in sequence (the `fpn_cells` scope)."""
+
+    def __init__(self, config, **kwargs):
+        kwargs.setdefault("name", "fpn_cells")
+        super().__init__(**kwargs)
+        self.cells = [BiFPNCell(config, name="cell_%d" % i, dtype=self.dtype_policy)
+                      for i in range(config.fpn_cell_repeats)]
+
+    def call(self, features: List[tf.Tensor], training=False):
+        for cell in self.cells:
+            features = cell(features, training=training)
+        return features

@@ -1,0 +1,66 @@
+"""Class and box prediction heads, shared across pyramid levels.
+
+One class serves both heads: the convolutions are shared by all levels, each
+level has its own BatchNorms (`class-<i>-bn-<level>`), and a final prediction
+conv (`class-predict` / `box-predict`) gives the per-anchor outputs.
+"""
+
+from typing import List
+
+import tensorflow as tf
+import tf_keras as keras
+
+from efficientdet_keras.model.layers import (activation_fn, batch_norm, bn_training,
+                                             class_bias_initializer, drop_connect)
+
+
+class PredictionHead(keras.layers.Layer):
+    """Maps each BiFPN level `[B, H_l, W_l, C]` to `[B, H_l, W_l, outputs_per_location]`.
+
+    Args:
+      kind: "class" or "box"; names the layers as the released checkpoints do.
+      outputs_per_location: num_anchors * num_classes, or num_anchors * 4.
+      config: the model config (filters, repeats, levels, activation, BatchNorm).
+    """
+
+    def __init__(self, kind: str, outputs_per_location: int, config, **kwargs):
+        if kind not in ("class", "box"):
+            raise ValueError("kind must be 'class' or 'box', got %r" % kind)
+        kwargs.setdefault("name", "%s_net" % kind)
+        super().__init__(**kwargs)
+        self.config = config
+        self.levels = list(range(config.min_level, config.max_level + 1))
+        policy = self.dtype_policy
+        self.convs = [self._conv(config.fpn_num_filters, "%s-%d" % (kind, i), "zeros")
+                      for i in range(config.box_class_repeats)]
+        self.bns = [[batch_norm(config, "%s-%d-bn-%d" % (kind, i, level), policy)
+                     for level in self.levels] for i in range(config.box_class_repeats)]
+        bias = class_bias_initializer() if kind == "class" else "zeros"
+        self.predict = self._conv(outputs_per_location, "%s-predict" % kind, bias)
+
+    def _conv(self, filters: int, name: str, bias_initializer):
+        if self.config.separable_conv:
+            return keras.layers.SeparableConv2D(
+                filters, 3, padding="same", depth_multiplier=1, name=name,
+                depthwise_initializer=keras.initializers.VarianceScaling(),
+                pointwise_initializer=keras.initializers.VarianceScaling(),
+                bias_initializer=bias_initializer, dtype=self.dtype_policy)
+        return keras.layers.Conv2D(
+            filters, 3, padding="same", name=name,
+            kernel_initializer=keras.initializers.RandomNormal(stddev=0.01),
+            bias_initializer=bias_initializer, dtype=self.dtype_policy)
+
+    def call(self, features: List[tf.Tensor], training=False) -> List[tf.Tensor]:
+        bn_mode = bn_training(training, self.config)
+        survival_prob = self.config.survival_prob
+        outputs = []
+        for level_index, x in enumerate(features):
+            for i, conv in enumerate(self.convs):
+                residual = x
+                x = activation_fn(self.bns[i][level_index](conv(x), training=bn_mode),
+                                  self.config.act_type)
+                # The released models use a residual only when survival_prob is set.
+                if i > 0 and survival_prob:
+                    x = drop_connect(x, training, survival_prob) + residual
+            outputs.append(self.predict(x))
+        return outputs

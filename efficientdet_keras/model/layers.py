@@ -1,0 +1,57 @@
+"""Small building blocks shared by the backbone, the BiFPN and the heads."""
+
+import math
+
+import tensorflow as tf
+import tf_keras as keras
+
+from efficientdet_keras.config import ACTIVATIONS
+
+
+def activation_fn(x: tf.Tensor, act_type: str) -> tf.Tensor:
+    """Applies the activation named by the config's `act_type`."""
+    if act_type in ("swish", "silu"):
+        return tf.nn.silu(x)
+    if act_type == "relu":
+        return tf.nn.relu(x)
+    if act_type == "relu6":
+        return tf.nn.relu6(x)
+    if act_type == "hswish":
+        return x * tf.nn.relu6(x + 3.0) / 6.0
+    if act_type == "leaky_relu":
+        return tf.nn.leaky_relu(x, alpha=0.1)
+    raise ValueError("Unknown act_type %r; choose one of %s" % (act_type, ", ".join(ACTIVATIONS)))
+
+
+def conv_kernel_initializer() -> keras.initializers.Initializer:
+    """He-normal on fan-out, as EfficientNet trains with (keeps activations stable)."""
+    return keras.initializers.VarianceScaling(scale=2.0, mode="fan_out", distribution="untruncated_normal")
+
+
+def class_bias_initializer(prior_probability: float = 0.01) -> keras.initializers.Initializer:
+    """Bias that makes every anchor start with score `prior_probability` (focal-loss paper)."""
+    return keras.initializers.Constant(-math.log((1 - prior_probability) / prior_probability))
+
+
+def batch_norm(config, name: str, dtype=None) -> keras.layers.BatchNormalization:
+    """BatchNorm with the config's momentum and epsilon."""
+    return keras.layers.BatchNormalization(
+        momentum=config.batch_norm_momentum, epsilon=config.batch_norm_epsilon,
+        name=name, dtype=dtype)
+
+
+def drop_connect(x: tf.Tensor, training: bool, survival_prob: float) -> tf.Tensor:
+    """Drops whole examples of a residual branch with probability 1 - survival_prob.
+
+    Kept examples are scaled by 1 / survival_prob so the expectation is unchanged.
+    """
+    if not training or survival_prob is None or survival_prob >= 1.0:
+        return x
+    batch = tf.shape(x)[0]
+    keep = tf.floor(survival_prob + tf.random.uniform([batch, 1, 1, 1], dtype=x.dtype))
+    return x / survival_prob * keep
+
+
+def bn_training(training, config) -> bool:
+    """BatchNorm runs in training mode only when training and `is_training_bn` allow it."""
+    return bool(training) and bool(config.is_training_bn)

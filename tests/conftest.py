@@ -1,0 +1,32 @@
+"""Shared test helpers: the reference data folder and small model configs."""
+
+import os
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import pytest  # noqa: E402
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REFERENCE_DIR = os.path.join(REPO_ROOT, "..", "shared", "reference")
+HPARAMS_DIR = os.path.join(REPO_ROOT, "hparams")
+
+
+@pytest.fixture
+def reference_dir():
+    """Path of ../shared/reference/<name>; skips the test when it is absent (a user's clone)."""
+    def get(name: str) -> str:
+        path = os.path.join(REFERENCE_DIR, name)
+        if not os.path.isdir(path):
+            pytest.skip("reference data %s is absent: it lives in ../shared/reference beside "
+                        "the repository (CI has it; a plain clone does not)" % path)
+        return path
+    return get
+
+
+def tiny_config(model_name: str = "efficientdet-d0", **overrides):
+    """A full-architecture config at a small input size, for fast tests."""
+    from efficientdet_keras import get_efficientdet_config
+    config = get_efficientdet_config(model_name)
+    config.override(dict(dict(image_size=128, num_classes=4), **overrides))
+    return config

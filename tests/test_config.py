@@ -1,0 +1,191 @@
+import os
+
+import pytest
+import yaml
+
+from conftest import HPARAMS_DIR
+from efficientdet_keras import MODEL_NAMES, Config, get_efficientdet_config
+from efficientdet_keras.config import parse_override_string
+
+# name: (backbone, size, filters, fpn repeats, head repeats), from the paper's table.
+FAMILY = {
+    "efficientdet-d0": ("efficientnet-b0", 512, 64, 3, 3),
+    "efficientdet-d1": ("efficientnet-b1", 640, 88, 4, 3),
+    "efficientdet-d2": ("efficientnet-b2", 768, 112, 5, 3),
+    "efficientdet-d3": ("efficientnet-b3", 896, 160, 6, 4),
+    "efficientdet-d4": ("efficientnet-b4", 1024, 224, 7, 4),
+    "efficientdet-d5": ("efficientnet-b5", 1280, 288, 7, 4),
+    "efficientdet-d6": ("efficientnet-b6", 1280, 384, 8, 5),
+    "efficientdet-d7": ("efficientnet-b6", 1536, 384, 8, 5),
+    "efficientdet-d7x": ("efficientnet-b7", 1536, 384, 8, 5),
+    "efficientdet-lite0": ("efficientnet-lite0", 320, 64, 3, 3),
+    "efficientdet-lite1": ("efficientnet-lite1", 384, 88, 4, 3),
+    "efficientdet-lite2": ("efficientnet-lite2", 448, 112, 5, 3),
+    "efficientdet-lite3": ("efficientnet-lite3", 512, 160, 6, 4),
+    "efficientdet-lite3x": ("efficientnet-lite3", 640, 200, 6, 4),
+    "efficientdet-lite4": ("efficientnet-lite4", 640, 224, 7, 4),
+}
+
+
+def test_family_is_complete():
+    assert set(MODEL_NAMES) == set(FAMILY)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILY))
+def test_family_rows(name):
+    config = get_efficientdet_config(name)
+    backbone, size, filters, fpn_repeats, head_repeats = FAMILY[name]
+    assert config.name == name
+    assert config.backbone_name == backbone
+    assert config.image_size == (size, size)
+    assert (config.fpn_num_filters, config.fpn_cell_repeats, config.box_class_repeats) == (
+        filters, fpn_repeats, head_repeats)
+    lite = "lite" in name
+    assert config.act_type == ("relu6" if lite else "swish")
+    assert config.mean_rgb == ([127.0] if lite else pytest.approx([123.675, 116.28, 103.53]))
+    assert config.stddev_rgb == ([128.0] if lite else pytest.approx([58.395, 57.12, 57.375]))
+    if lite or name in ("efficientdet-d6", "efficientdet-d7", "efficientdet-d7x"):
+        assert config.fpn_weight_method == "sum"
+    else:
+        assert config.fpn_weight_method == "fastattn"
+
+
+def test_family_extras():
+    assert get_efficientdet_config("efficientdet-d7").anchor_scale == 5.0
+    assert get_efficientdet_config("efficientdet-d7x").max_level == 8
+    assert get_efficientdet_config("efficientdet-d0").max_level == 7
+    assert [get_efficientdet_config("efficientdet-lite%s" % n).anchor_scale
+            for n in ("0", "1", "2", "3", "3x", "4")] == [3.0, 3.0, 3.0, 4.0, 3.0, 4.0]
+
+
+def test_training_defaults_match_the_recipe():
+    c = get_efficientdet_config("efficientdet-d0")
+    assert (c.min_level, c.max_level, c.num_scales, c.aspect_ratios, c.anchor_scale) == (
+        3, 7, 3, [1.0, 2.0, 0.5], 4.0)
+    assert (c.optimizer, c.momentum, c.learning_rate, c.lr_warmup_init, c.lr_warmup_epoch) == (
+        "sgd", 0.9, 0.08, 0.008, 1.0)
+    assert (c.lr_decay_method, c.num_epochs, c.weight_decay, c.clip_gradients_norm) == (
+        "cosine", 300, 4e-5, 10.0)
+    assert (c.alpha, c.gamma, c.label_smoothing, c.delta, c.box_loss_weight) == (
+        0.25, 1.5, 0.0, 0.1, 50.0)
+    assert (c.iou_loss_type, c.iou_loss_weight, c.moving_average_decay) == (None, 1.0, 0.9998)
+    assert (c.jitter_min, c.jitter_max, c.input_rand_hflip, c.max_instances_per_image) == (
+        0.1, 2.0, True, 100)
+    assert (c.batch_norm_momentum, c.batch_norm_epsilon) == (0.99, 1e-3)
+    assert c.nms_configs.method == "gaussian" and c.nms_configs.sigma == 0.5
+    assert c.nms_configs.score_thresh == 0.001 and c.nms_configs.max_output_size == 100
+    assert c.mixed_precision is False and c.jit_compile is False
+
+
+def test_unknown_model_lists_known_names():
+    with pytest.raises(ValueError) as e:
+        get_efficientdet_config("efficientdet-d9")
+    assert "efficientdet-d9" in str(e.value) and "efficientdet-lite3x" in str(e.value)
+
+
+def test_configs_are_independent():
+    a = get_efficientdet_config("efficientdet-d0")
+    a.nms_configs.sigma = 0.1
+    a.aspect_ratios.append(3.0)
+    b = get_efficientdet_config("efficientdet-d0")
+    assert b.nms_configs.sigma == 0.5 and b.aspect_ratios == [1.0, 2.0, 0.5]
+
+
+def test_attribute_and_item_access():
+    c = get_efficientdet_config("efficientdet-d0")
+    assert c.nms_configs.method == c["nms_configs"]["method"] == "gaussian"
+    c["num_classes"] = 7
+    assert c.num_classes == 7
+    with pytest.raises(AttributeError, match="num_clases"):
+        c.num_clases
+
+
+def test_override_with_string():
+    c = get_efficientdet_config("efficientdet-d0")
+    c.override("num_classes=21,image_size=384x640,nms_configs.method=hard,"
+               "aspect_ratios=1.0*2.0,jit_compile=true,label_map=none,learning_rate=1")
+    assert c.num_classes == 21
+    assert c.image_size == (640, 384)  # Written WxH, stored (height, width).
+    assert c.nms_configs.method == "hard" and c.nms_configs.sigma == 0.5
+    assert c.aspect_ratios == [1.0, 2.0]
+    assert c.jit_compile is True and c.label_map is None
+    assert c.learning_rate == 1.0 and isinstance(c.learning_rate, float)
+
+
+def test_override_with_dict_and_yaml(tmp_path):
+    c = get_efficientdet_config("efficientdet-d0")
+    c.override({"nms_configs": {"iou_thresh": 0.6}, "image_size": "512"})
+    assert c.nms_configs.iou_thresh == 0.6 and c.image_size == (512, 512)
+    path = tmp_path / "h.yaml"
+    path.write_text("num_classes: 3\nnms_configs:\n  max_output_size: 50\nimage_size: 320x256\n")
+    c.override(str(path))
+    assert (c.num_classes, c.nms_configs.max_output_size, c.image_size) == (3, 50, (256, 320))
+
+
+@pytest.mark.parametrize("size,expected", [(512, (512, 512)), ("512", (512, 512)),
+                                           ("640x384", (384, 640)), ([300, 200], (300, 200))])
+def test_image_size_forms(size, expected):
+    c = get_efficientdet_config("efficientdet-d0")
+    c.override({"image_size": size})
+    assert c.image_size == expected
+
+
+def test_unknown_key_names_the_closest_keys():
+    c = get_efficientdet_config("efficientdet-d0")
+    with pytest.raises(ValueError) as e:
+        c.override("num_clases=3")
+    assert "num_clases" in str(e.value) and "num_classes" in str(e.value)
+    with pytest.raises(ValueError) as e:
+        c.override({"nms_configs": {"sigmaa": 1}})
+    assert "nms_configs.sigmaa" in str(e.value) and "nms_configs.sigma" in str(e.value)
+
+
+@pytest.mark.parametrize("bad", ["num_classes", "num_classes=3=4", "=3", "a..b=1"])
+def test_malformed_pair_is_named(bad):
+    with pytest.raises(ValueError) as e:
+        get_efficientdet_config("efficientdet-d0").override(bad)
+    assert bad.split(",")[0] in str(e.value)
+
+
+def test_no_python_evaluation():
+    parsed = parse_override_string("name=__import__('os').getcwd()")
+    assert parsed == {"name": "__import__('os').getcwd()"}
+
+
+def test_bad_values_are_errors():
+    c = get_efficientdet_config("efficientdet-d0")
+    with pytest.raises(ValueError, match="jit_compile"):
+        c.override("jit_compile=maybe")
+    with pytest.raises(ValueError, match="image_size"):
+        c.override("image_size=big")
+
+
+def test_yaml_round_trip_is_exact(tmp_path):
+    c = get_efficientdet_config("efficientdet-lite0")
+    c.override("image_size=384x640,label_map.1=person", allow_new_keys=True)
+    path = c.save_yaml(str(tmp_path))
+    assert os.path.basename(path) == "config.yaml"
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+    loaded = Config.from_yaml(str(tmp_path))
+    assert loaded == c
+    assert loaded.as_dict() == c.as_dict()
+    assert loaded.image_size == (640, 384)
+    # The file is plain YAML, safe to load by anything.
+    assert yaml.safe_load(open(path))["image_size"] == [640, 384]
+
+
+def test_hparams_files_apply_cleanly():
+    voc = get_efficientdet_config("efficientdet-d0").override(os.path.join(HPARAMS_DIR, "voc.yaml"))
+    assert voc.num_classes == 21 and len(voc.label_map) == 20 and voc.label_map[15] == "person"
+    assert "efficientnet" in voc.var_freeze_expr and "fpn_cells" in voc.var_freeze_expr
+    demo = get_efficientdet_config("efficientdet-d0").override(os.path.join(HPARAMS_DIR, "demo.yaml"))
+    assert demo.image_size == (256, 256) and demo.num_classes == len(demo.label_map)
+
+
+def test_yaml_must_be_a_mapping(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("- 1\n- 2\n")
+    with pytest.raises(ValueError, match="bad.yaml"):
+        get_efficientdet_config("efficientdet-d0").override(str(path))
+    with pytest.raises(ValueError, match="missing.yaml"):
+        get_efficientdet_config("efficientdet-d0").override(str(tmp_path / "missing.yaml"))

@@ -1,0 +1,177 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+from conftest import tiny_config
+from efficientdet_keras import EfficientDetNet, get_efficientdet_config
+from efficientdet_keras.backbone.efficientnet import block_specs
+from efficientdet_keras.checkpoint import variable_name
+from efficientdet_keras.model.bifpn import bifpn_nodes
+
+
+def read_vars_tsv(path):
+    rows = {}
+    with open(path) as f:
+        next(f)
+        for line in f:
+            name, shape, trainable = line.rstrip("\n").split("\t")
+            dims = () if shape == "scalar" else tuple(int(d) for d in shape.split("x"))
+            rows[name] = (dims, trainable == "True")
+    return rows
+
+
+def model_vars(model):
+    return {variable_name(v): (tuple(v.shape.as_list()), v.trainable) for v in model.variables}
+
+
+@pytest.mark.parametrize("name", ["efficientdet-d0", "efficientdet-lite0"])
+def test_variable_names_match_released_checkpoints(name, reference_dir):
+    expected = read_vars_tsv(reference_dir(name) + "/vars.tsv")
+    first = EfficientDetNet(name)
+    first.build_variables()
+    assert model_vars(first) == expected
+    # A second model in the same process, first called inside a tf.function,
+    # must not get suffixes such as "efficientnet-b0_1".
+    second = EfficientDetNet(name)
+    tf.function(lambda x: second(x, training=True))(tf.zeros([1, 128, 128, 3]))
+    assert model_vars(second) == expected
+
+
+def test_output_shapes_non_square():
+    config = tiny_config(num_classes=5)
+    model = EfficientDetNet(config=config)
+    class_outputs, box_outputs = model(tf.zeros([2, 96, 160, 3]), training=False)
+    expected_sizes = [(12, 20), (6, 10), (3, 5), (2, 3), (1, 2)]  # ceil(size / 2^level)
+    assert [tuple(c.shape) for c in class_outputs] == [(2, h, w, 9 * 5) for h, w in expected_sizes]
+    assert [tuple(b.shape) for b in box_outputs] == [(2, h, w, 9 * 4) for h, w in expected_sizes]
+    assert all(c.dtype == tf.float32 for c in class_outputs + box_outputs)
+
+
+def test_class_bias_gives_prior_probability():
+    model = EfficientDetNet(config=tiny_config())
+    class_outputs, _ = model(tf.zeros([1, 128, 128, 3]))
+    bias = model.class_net.predict.bias.numpy()
+    np.testing.assert_allclose(1 / (1 + np.exp(-bias)), 0.01, rtol=1e-5)
+    assert class_outputs[0].shape[-1] == 9 * 4
+
+
+def test_d7x_has_level_8():
+    config = get_efficientdet_config("efficientdet-d7x")
+    config.override("fpn_num_filters=16,fpn_cell_repeats=1,box_class_repeats=1,backbone_name=efficientnet-b0")
+    model = EfficientDetNet(config=config)
+    class_outputs, _ = model(tf.zeros([1, 256, 256, 3]))
+    assert [c.shape[1] for c in class_outputs] == [32, 16, 8, 4, 2, 1]
+    assert any(variable_name(v).startswith("resample_p6/") for v in model.variables)
+    assert not any(variable_name(v).startswith(("resample_p7/", "resample_p8/"))
+                   for v in model.variables)  # Already 16 channels: pooling only.
+
+
+def test_bifpn_graph_of_released_models():
+    # The P3-P7 graph of the paper: a top-down pass, then bottom-up with skip edges.
+    nodes = [(n.level, tuple(n.input_ids)) for n in bifpn_nodes(3, 7)]
+    assert nodes == [(6, (3, 4)), (5, (2, 5)), (4, (1, 6)), (3, (0, 7)),
+                     (4, (1, 7, 8)), (5, (2, 6, 9)), (6, (3, 5, 10)), (7, (4, 11))]
+
+
+def test_backbone_block_counts():
+    assert len(block_specs("efficientnet-b0")) == 16
+    assert len(block_specs("efficientnet-b7")) == 55
+    # Lite keeps the first and last stage unscaled and has no squeeze-excite.
+    lite4 = block_specs("efficientnet-lite4")
+    assert lite4[0].input_filters == 32 and lite4[0].se_ratio is None
+    assert len(lite4) == 1 + 4 + 4 + 6 + 6 + 8 + 1
+
+
+@pytest.mark.parametrize("method,wsm_shape", [("fastattn", ()), ("attn", ()), ("sum", None),
+                                              ("channel_attn", (16,)), ("channel_fastattn", (16,))])
+def test_fusion_methods(method, wsm_shape):
+    config = tiny_config(fpn_weight_method=method, fpn_num_filters=16, fpn_cell_repeats=1,
+                         box_class_repeats=1)
+    model = EfficientDetNet(config=config)
+    model(tf.zeros([1, 128, 128, 3]))
+    weights = [v for v in model.variables if "/WSM" in v.name]
+    if wsm_shape is None:
+        assert not weights
+    else:
+        assert len(weights) == 2 * 5 + 3 * 3  # Two inputs on 5 nodes, three on 3.
+        assert all(tuple(w.shape) == wsm_shape for w in weights)
+
+
+def test_fast_normalised_fusion_values():
+    config = tiny_config(fpn_num_filters=16, fpn_cell_repeats=1, box_class_repeats=1)
+    model = EfficientDetNet(config=config)
+    model(tf.zeros([1, 128, 128, 3]))
+    fnode = model.fpn_cells.cells[0].fnodes[4]  # Three inputs.
+    for w, value in zip(fnode.edge_weights, [2.0, -1.0, 0.5]):
+        w.assign(value)
+    nodes = [tf.fill([1, 2, 2, 16], v) for v in (1.0, 10.0, 4.0)]
+    expected = (1.0 * 2.0 + 10.0 * 0.0 + 4.0 * 0.5) / (2.0 + 0.0 + 0.5 + 1e-4)  # relu(w)
+    np.testing.assert_allclose(fnode.fuse(nodes).numpy(), expected, rtol=1e-6)
+
+
+def test_is_training_bn_false_freezes_batchnorm_statistics():
+    config = tiny_config(is_training_bn=False, fpn_num_filters=16, fpn_cell_repeats=1)
+    model = EfficientDetNet(config=config)
+    model.build_variables()
+    before = [v.numpy().copy() for v in model.variables if "moving_mean" in v.name]
+    model(tf.random.uniform([2, 128, 128, 3]), training=True)
+    after = [v.numpy() for v in model.variables if "moving_mean" in v.name]
+    assert all(np.array_equal(a, b) for a, b in zip(before, after))
+    # With the default (True), the same call updates them.
+    trained = EfficientDetNet(config=tiny_config(fpn_num_filters=16, fpn_cell_repeats=1))
+    trained.build_variables()
+    mean = trained.backbone.stem.bn.moving_mean
+    start = mean.numpy().copy()
+    trained(tf.random.uniform([2, 128, 128, 3]), training=True)
+    assert not np.array_equal(start, mean.numpy())
+
+
+def test_survival_prob_adds_head_residuals():
+    x = tf.random.uniform([1, 128, 128, 3])
+    plain = EfficientDetNet(config=tiny_config(box_class_repeats=2))
+    residual = EfficientDetNet(config=tiny_config(box_class_repeats=2, survival_prob=0.8))
+    plain.build_variables()
+    residual.build_variables()
+    for a, b in zip(plain.variables, residual.variables):
+        b.assign(a)
+    out_plain = plain(x)[1][0].numpy()
+    out_residual = residual(x)[1][0].numpy()
+    assert not np.allclose(out_plain, out_residual)
+    # In inference mode drop-connect is off, so the output is deterministic.
+    np.testing.assert_array_equal(out_residual, residual(x)[1][0].numpy())
+
+
+@pytest.mark.parametrize("precision,compute", [("bfloat16", "bfloat16"), ("float16", "float16")])
+def test_mixed_precision_from_config_without_global_state(precision, compute):
+    global_before = keras.mixed_precision.global_policy().name
+    model = EfficientDetNet(config=tiny_config(mixed_precision=precision, fpn_num_filters=16,
+                                               fpn_cell_repeats=1))
+    class_outputs, box_outputs = model(tf.random.uniform([1, 128, 128, 3]))
+    assert model.backbone.stem.conv.compute_dtype == compute
+    assert model.backbone.stem.conv.kernel.dtype == tf.float32  # Variables stay float32.
+    assert all(o.dtype == tf.float32 for o in class_outputs + box_outputs)
+    assert all(np.isfinite(o.numpy()).all() for o in class_outputs + box_outputs)
+    assert keras.mixed_precision.global_policy().name == global_before
+
+
+def test_model_name_and_config_must_agree():
+    with pytest.raises(ValueError, match="disagrees"):
+        EfficientDetNet("efficientdet-d1", config=get_efficientdet_config("efficientdet-d0"))
+    with pytest.raises(ValueError, match="fpn_weight_method"):
+        EfficientDetNet(config=tiny_config(fpn_weight_method="average"))
+
+
+# Published parameter counts (trainable, 90 classes), in millions.
+PUBLISHED_PARAMS = {"efficientdet-d0": 3.9, "efficientdet-d1": 6.6, "efficientdet-d2": 8.1,
+                    "efficientdet-d3": 12.0, "efficientdet-d4": 20.7, "efficientdet-d5": 33.7,
+                    "efficientdet-d6": 51.9, "efficientdet-d7": 51.9, "efficientdet-d7x": 77.0}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMS))
+def test_parameter_counts_match_the_paper(name):
+    model = EfficientDetNet(name)  # build_variables uses a small input; counts do not depend on it.
+    model.build_variables()
+    trainable = sum(v.shape.num_elements() for v in model.trainable_variables)
+    assert trainable / 1e6 == pytest.approx(PUBLISHED_PARAMS[name], rel=0.01)
