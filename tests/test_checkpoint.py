@@ -123,3 +123,15 @@ def test_own_checkpoint_round_trip_with_ema(tmp_path):
     assert len(report.loaded_from_ema) == len(source.trainable_variables)
     kernel = averaged.backbone.stem.conv.kernel
     np.testing.assert_array_equal(kernel.numpy(), ema[variable_name(kernel)])
+
+
+def test_keras_save_weights_checkpoint_loads(tmp_path):
+    config = tiny_config(fpn_num_filters=16, fpn_cell_repeats=1, box_class_repeats=1)
+    source = EfficientDetNet(config=config)
+    source.build_variables()
+    source.save_weights(str(tmp_path / "keras_weights"))
+    target = EfficientDetNet(config=config)
+    report = restore_ckpt(target, str(tmp_path / "keras_weights"))
+    assert len(report.loaded) == len(target.variables)
+    for a, b in zip(source.variables, target.variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
