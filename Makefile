@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: demo test install clean
+.PHONY: demo test install clean bench
 
 install: $(STAMP)
 
@@ -26,3 +26,6 @@ test: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
+
+bench: $(STAMP)
+	$(BIN)/python tools/bench.py --what=postprocess

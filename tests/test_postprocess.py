@@ -1,0 +1,136 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import tiny_config
+from efficientdet_keras.anchors import Anchors, encode_boxes
+from efficientdet_keras.postprocess import (Detections, batched_nms, postprocess_detections,
+                                            to_coco_rows)
+
+
+def iou_one(a, b):
+    ih = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iw = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = ih * iw
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def numpy_nms(boxes, scores, classes, method, max_output, iou_threshold, score_threshold, sigma):
+    """Per-class greedy NMS (hard) or gaussian soft-NMS, the textbook way."""
+    kept = []
+    for c in np.unique(classes):
+        idx = list(np.flatnonzero(classes == c))
+        live = {i: float(scores[i]) for i in idx}
+        while live:
+            best = max(live, key=live.get)
+            best_score = live.pop(best)
+            if best_score <= score_threshold:
+                break
+            kept.append((best_score, best, c))
+            for j in list(live):
+                iou = iou_one(boxes[best], boxes[j])
+                if method == "gaussian":
+                    live[j] *= np.exp(-iou * iou / sigma)
+                elif iou > iou_threshold:
+                    del live[j]
+    kept.sort(key=lambda k: -k[0])
+    return kept[:max_output]
+
+
+def random_candidates(rng, batch, k, num_classes):
+    centres = rng.uniform(20, 200, [batch, k, 2])
+    sizes = rng.uniform(5, 60, [batch, k, 2])
+    boxes = np.concatenate([centres - sizes / 2, centres + sizes / 2], -1).astype(np.float32)
+    # Clusters of near-duplicates, so suppression really happens.
+    boxes[:, 1::2] = boxes[:, 0::2][:, :boxes[:, 1::2].shape[1]] + rng.normal(0, 2, boxes[:, 1::2].shape)
+    scores = rng.uniform(0, 1, [batch, k]).astype(np.float32)
+    classes = rng.integers(0, num_classes, [batch, k]).astype(np.int32)
+    return boxes, scores, classes
+
+
+@pytest.mark.parametrize("method", ["hard", "gaussian", "combined"])
+def test_nms_matches_numpy_reference(method):
+    rng = np.random.default_rng(4)
+    boxes, scores, classes = random_candidates(rng, batch=3, k=300, num_classes=4)
+    max_output, iou_threshold, score_threshold, sigma = 50, 0.5, 0.05, 0.5
+    detections = batched_nms(tf.constant(boxes), tf.constant(scores), tf.constant(classes), 4,
+                             method, max_output, iou_threshold, score_threshold, sigma)
+    for b in range(3):
+        reference_method = "gaussian" if method == "gaussian" else "hard"
+        expected = numpy_nms(boxes[b], scores[b], classes[b], reference_method, max_output,
+                             iou_threshold, score_threshold, sigma)
+        n = int(detections.valid[b])
+        assert n == len(expected)
+        np.testing.assert_allclose(detections.scores[b, :n], [e[0] for e in expected], rtol=1e-4)
+        np.testing.assert_allclose(detections.boxes[b, :n], boxes[b][[e[1] for e in expected]],
+                                   atol=1e-4)
+        np.testing.assert_array_equal(detections.classes[b, :n], [e[2] + 1 for e in expected])
+        assert not detections.scores[b, n:].numpy().any()
+        assert not detections.classes[b, n:].numpy().any()
+
+
+def test_nms_never_suppresses_across_classes():
+    box = [10.0, 10.0, 50.0, 50.0]
+    boxes = tf.constant([[box, box, box]])
+    detections = batched_nms(boxes, tf.constant([[0.9, 0.8, 0.7]]), tf.constant([[0, 1, 1]]), 2,
+                             "hard", 10, 0.5, 0.01, 0.5)
+    assert int(detections.valid[0]) == 2
+    np.testing.assert_array_equal(detections.classes[0, :2], [1, 2])
+
+
+def test_nms_traces_once_for_many_classes():
+    fn = tf.function(lambda b, s, c: batched_nms(b, s, c, 90, "gaussian", 100, 0.5, 0.001, 0.5))
+    rng = np.random.default_rng(5)
+    for _ in range(2):
+        boxes, scores, classes = random_candidates(rng, 2, 500, 90)
+        fn(tf.constant(boxes), tf.constant(scores), tf.constant(classes))
+    assert fn.experimental_get_tracing_count() == 1
+
+
+def test_postprocess_decodes_scales_and_keeps_best():
+    config = tiny_config(num_classes=3, image_size=128)
+    config.nms_configs.method = "hard"
+    anchors = Anchors(config)
+    level_sizes = [h * w * 9 for h, w in anchors.level_shapes.values()]
+    logits = np.full([1, anchors.num_anchors, 3], -10.0, np.float32)
+    codes = np.zeros([1, anchors.num_anchors, 4], np.float32)
+    # One confident detection: anchor 100 shifted to a known box, class id 2.
+    target_box = np.array([30.0, 40.0, 70.0, 90.0], np.float32)
+    codes[0, 100] = encode_boxes(tf.constant(target_box), tf.constant(anchors.boxes[100])).numpy()
+    logits[0, 100, 1] = 5.0
+    class_outputs, box_outputs = [], []
+    start = 0
+    for (h, w), count in zip(anchors.level_shapes.values(), level_sizes):
+        class_outputs.append(tf.reshape(logits[:, start:start + count], [1, h, w, 27]))
+        box_outputs.append(tf.reshape(codes[:, start:start + count], [1, h, w, 36]))
+        start += count
+    detections = postprocess_detections(config, class_outputs, box_outputs,
+                                        image_scales=tf.constant([2.5]))
+    assert detections.boxes.shape == (1, 100, 4) and detections.valid.dtype == tf.int32
+    assert int(detections.valid[0]) == 1
+    np.testing.assert_allclose(detections.boxes[0, 0], target_box * 2.5, rtol=1e-4)
+    assert int(detections.classes[0, 0]) == 2
+    np.testing.assert_allclose(float(detections.scores[0, 0]), 1 / (1 + np.exp(-5.0)), rtol=1e-5)
+
+
+def test_postprocess_rejects_wrong_image_size():
+    config = tiny_config(image_size=128)
+    outputs = [tf.zeros([1, 8, 8, 36])]
+    with pytest.raises(ValueError, match="image_size"):
+        postprocess_detections(config, outputs, outputs, image_size=(256, 256))
+
+
+def test_coco_rows_keep_large_image_ids_exact():
+    detections = Detections(
+        boxes=tf.constant([[[10.0, 20.0, 30.0, 60.0], [0.0, 0.0, 0.0, 0.0]],
+                           [[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 9.0]]]),
+        scores=tf.constant([[0.9, 0.0], [0.5, 0.25]]),
+        classes=tf.constant([[3, 0], [1, 2]]),
+        valid=tf.constant([1, 2]))
+    big_id = 2 ** 40 + 7  # Far beyond float16 (inf) and float32 (rounded) precision.
+    rows = to_coco_rows(tf.constant([big_id, 5], tf.int64), detections)
+    assert rows.dtype == np.float64 and rows.shape == (3, 7)
+    assert int(rows[0, 0]) == big_id
+    np.testing.assert_allclose(rows[0, 1:], [20.0, 10.0, 40.0, 20.0, 0.9, 3.0], rtol=1e-6)
+    np.testing.assert_allclose(rows[2], [5, 6.0, 5.0, 3.0, 2.0, 0.25, 2.0])
