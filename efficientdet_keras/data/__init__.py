@@ -1,0 +1,1 @@
+"""Input data: readers (TFRecord, COCO JSON, Pascal VOC), decoding, augmentation, pipelines."""
