@@ -1,0 +1,195 @@
+"""Training and evaluation input pipelines (tf.data), from any data source.
+
+    source = TFRecordSource("data/train-*.tfrecord")      # or CocoSource, VocSource
+    pipeline = InputPipeline(config, source, is_training=True, seed=1)
+    dataset = pipeline()                                   # or strategy.distribute_datasets_from_function(pipeline)
+
+Each element is `(images, labels)`:
+  images: [B, H, W, 3] normalised, in the compute dtype of the config's precision policy.
+  labels: class_targets_<l> int32 [B, H_l, W_l, A], box_targets_<l> float32
+    [B, H_l, W_l, A*4] for l = min_level..max_level; num_positives float32 [B];
+    source_ids int64 [B]; image_scales float32 [B] (original pixels per input pixel);
+    groundtruth_boxes float32 [B, max_instances, 4] in input pixels [ymin, xmin, ymax, xmax];
+    groundtruth_classes int32 [B, max_instances] (-1 pads); groundtruth_is_crowd bool;
+    groundtruth_area float32 (original pixels^2).
+"""
+
+from typing import Optional, Sequence
+
+import tensorflow as tf
+
+from efficientdet_keras.anchors import AnchorLabeler
+from efficientdet_keras.data import augment
+from efficientdet_keras.data.decode import DataHealth, decode_and_clean
+from efficientdet_keras.data.records import (ImageRecord, list_files, load_coco_records,
+                                             parse_tf_example, raw_dataset_from_records)
+from efficientdet_keras.precision import policy_from_config
+
+# Records read ahead and mixed by the training shuffle.
+SHUFFLE_BUFFER = 1024
+
+
+class TFRecordSource:
+    """TFRecord files in the Object Detection API layout (patterns or lists of patterns)."""
+
+    def __init__(self, file_patterns):
+        self.files = list_files(file_patterns)
+
+    def raw_dataset(self, input_context: Optional[tf.distribute.InputContext], shuffle: bool,
+                    seed: Optional[int]) -> tf.data.Dataset:
+        files = tf.data.Dataset.from_tensor_slices(self.files)
+        sharded_by_file = input_context is not None and \
+            len(self.files) >= input_context.num_input_pipelines
+        if sharded_by_file:
+            files = files.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+        if shuffle:
+            files = files.shuffle(len(self.files), seed=seed)
+        records = files.interleave(tf.data.TFRecordDataset, cycle_length=min(len(self.files), 8),
+                                   num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        if input_context is not None and not sharded_by_file:
+            records = records.shard(input_context.num_input_pipelines,
+                                    input_context.input_pipeline_id)
+        return records.map(parse_tf_example, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+class RecordsSource:
+    """Images on disk described by ImageRecords (COCO JSON, Pascal VOC, synthetic)."""
+
+    def __init__(self, records: Sequence[ImageRecord]):
+        if not records:
+            raise ValueError("The data source holds no images")
+        self.records = list(records)
+
+    def raw_dataset(self, input_context: Optional[tf.distribute.InputContext], shuffle: bool,
+                    seed: Optional[int]) -> tf.data.Dataset:
+        dataset = raw_dataset_from_records(self.records)
+        if input_context is not None:
+            dataset = dataset.shard(input_context.num_input_pipelines,
+                                    input_context.input_pipeline_id)
+        return dataset
+
+
+class CocoSource(RecordsSource):
+    """A COCO instances JSON plus its image folder, read directly (no conversion step)."""
+
+    def __init__(self, annotation_file: str, image_dir: str):
+        super().__init__(load_coco_records(annotation_file, image_dir))
+        self.annotation_file = annotation_file
+
+
+def make_source(file_pattern: str = None, coco_json: str = None, image_dir: str = None):
+    """The source for the flags users give: TFRecord patterns, or COCO JSON + images."""
+    if file_pattern:
+        return TFRecordSource(file_pattern)
+    if coco_json:
+        if not image_dir:
+            raise ValueError("COCO JSON input %s needs an image directory" % coco_json)
+        return CocoSource(coco_json, image_dir)
+    raise ValueError("No input data: give a TFRecord file pattern or a COCO JSON with images")
+
+
+class InputPipeline:
+    """Builds the training or evaluation tf.data pipeline for one config and source.
+
+    Args:
+      config: the model config (image_size, levels, anchors, augmentation, normalisation,
+        num_classes, max_instances_per_image, mixed_precision, batch_size).
+      source: TFRecordSource, CocoSource, VocSource or any object with `raw_dataset`.
+      is_training: shuffle, repeat, augment (flip, scale jitter) and drop the last
+        partial batch; otherwise one pass, aspect-preserving resize and pad.
+      batch_size: global batch size (default config.batch_size); under tf.distribute
+        each replica gets its share.
+      seed: makes order and augmentation repeatable.
+      health: DataHealth that counts skipped and repaired data (one is made if omitted).
+    """
+
+    def __init__(self, config, source, is_training: bool, batch_size: Optional[int] = None,
+                 seed: Optional[int] = None, health: Optional[DataHealth] = None):
+        self.config = config
+        self.source = source
+        self.is_training = is_training
+        self.batch_size = int(batch_size or config.batch_size)
+        self.seed = seed
+        self.health = health or DataHealth()
+        self.image_size = tuple(config.image_size)
+        self.labeler = AnchorLabeler(config, self.image_size)
+        self.compute_dtype = policy_from_config(config).compute_dtype
+
+    def __call__(self, input_context: Optional[tf.distribute.InputContext] = None) -> tf.data.Dataset:
+        return self.dataset(input_context)
+
+    def dataset(self, input_context: Optional[tf.distribute.InputContext] = None) -> tf.data.Dataset:
+        batch_size = self.batch_size
+        if input_context is not None:
+            batch_size = input_context.get_per_replica_batch_size(self.batch_size)
+        dataset = self.source.raw_dataset(input_context, self.is_training, self.seed)
+        if self.is_training:
+            dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=self.seed, reshuffle_each_iteration=True)
+            dataset = dataset.repeat()
+        config = self.config
+        dataset = dataset.map(
+            lambda raw: decode_and_clean(raw, config.num_classes, config.max_instances_per_image,
+                                         self.health),
+            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        dataset = dataset.filter(lambda example: example["ok"])
+        # The element index seeds each example's augmentation (stateless, repeatable).
+        dataset = dataset.enumerate()
+        dataset = dataset.map(self._prepare, num_parallel_calls=tf.data.AUTOTUNE,
+                              deterministic=True)
+        dataset = dataset.batch(batch_size, drop_remainder=self.is_training)
+        options = tf.data.Options()
+        options.deterministic = self.seed is not None or not self.is_training
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+    def _normalize(self, image: tf.Tensor) -> tf.Tensor:
+        mean = tf.constant(self.config.mean_rgb, tf.float32)
+        stddev = tf.constant(self.config.stddev_rgb, tf.float32)
+        return (image - mean) / stddev
+
+    def _prepare(self, index: tf.Tensor, example):
+        """Augments, resizes, normalises and labels one decoded example."""
+        config = self.config
+        image, boxes = example["image"], example["boxes"]
+        classes, is_crowd, area = example["classes"], example["is_crowd"], example["area"]
+        if self.is_training:
+            seeds = tf.random.experimental.stateless_split(
+                tf.stack([tf.constant(self.seed or 0, tf.int64), index]), 2)
+            if config.input_rand_hflip:
+                image, boxes = augment.random_horizontal_flip(image, boxes, seeds[0])
+            scale_range = (config.jitter_min, config.jitter_max)
+        else:
+            seeds, scale_range = [None, None], (1.0, 1.0)
+        image, boxes, image_scale, _ = augment.resize_crop_pad(
+            image, boxes, self.image_size, scale_range, seeds[1], normalize=self._normalize)
+        if self.is_training:  # Objects the crop cut away are gone.
+            keep = augment.non_empty_boxes(boxes)
+            boxes, classes = tf.boolean_mask(boxes, keep), tf.boolean_mask(classes, keep)
+            is_crowd, area = tf.boolean_mask(is_crowd, keep), tf.boolean_mask(area, keep)
+
+        # Crowd boxes are never positives; with skip_crowd_during_training the
+        # anchors inside them are ignored, otherwise they are ordinary objects.
+        ignore = is_crowd if config.skip_crowd_during_training else tf.zeros_like(is_crowd)
+        class_targets, box_targets, num_positives = self.labeler.label(boxes, classes, ignore)
+
+        labels = {"num_positives": num_positives, "source_ids": example["image_id"],
+                  "image_scales": image_scale}
+        for level in class_targets:
+            labels["class_targets_%d" % level] = class_targets[level]
+            labels["box_targets_%d" % level] = box_targets[level]
+        labels.update(self._pad_groundtruth(boxes, classes, is_crowd, area))
+        return tf.cast(image, self.compute_dtype), labels
+
+    def _pad_groundtruth(self, boxes, classes, is_crowd, area):
+        max_instances = self.config.max_instances_per_image
+        pad = max_instances - tf.shape(classes)[0]
+
+        def padded(tensor, value, inner=()):
+            paddings = [[0, pad]] + [[0, 0]] * len(inner)
+            return tf.ensure_shape(tf.pad(tensor, paddings, constant_values=value),
+                                   (max_instances,) + tuple(inner))
+
+        return {"groundtruth_boxes": padded(boxes, 0.0, (4,)),
+                "groundtruth_classes": padded(classes, -1),
+                "groundtruth_is_crowd": padded(is_crowd, False),
+                "groundtruth_area": padded(area, 0.0)}

@@ -1,0 +1,204 @@
+import json
+import logging
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import tiny_config
+from data_helpers import bright_box_image, make_records, write_image, write_tfrecord
+from efficientdet_keras.data.pipeline import (CocoSource, InputPipeline, RecordsSource,
+                                              TFRecordSource, make_source)
+from efficientdet_keras.data.records import ImageRecord, records_to_coco
+
+
+def config(**overrides):
+    return tiny_config(**dict(dict(num_classes=3, batch_size=2), **overrides))
+
+
+def first_batches(dataset, n):
+    return [tf.nest.map_structure(lambda t: t.numpy(), b) for b in dataset.take(n)]
+
+
+def test_tfrecord_coco_and_records_sources_agree(tmp_path):
+    records = make_records(str(tmp_path))
+    tfrecord = write_tfrecord(str(tmp_path / "data.tfrecord"), records)
+    coco_json = tmp_path / "gt.json"
+    coco = records_to_coco(records, {1: "a", 2: "b", 3: "c"})
+    for image in coco["images"]:
+        image["file_name"] = os.path.basename(image["file_name"])
+    coco_json.write_text(json.dumps(coco))
+    sources = [TFRecordSource(tfrecord), CocoSource(str(coco_json), str(tmp_path)),
+               RecordsSource(records)]
+    results = [first_batches(InputPipeline(config(), s, is_training=False)(), 3) for s in sources]
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            np.testing.assert_allclose(a[0], b[0], atol=1e-5)
+            for key in a[1]:
+                np.testing.assert_allclose(a[1][key], b[1][key], atol=1e-4, err_msg=key)
+    assert make_source(coco_json=str(coco_json), image_dir=str(tmp_path)).records[0].image_id == 100
+
+
+def test_eval_resize_pad_and_normalise(tmp_path):
+    box = [30, 40, 90, 120]
+    path = write_image(str(tmp_path / "a.png"), bright_box_image(120, 160, box), "png")
+    record = ImageRecord(7, path, 120, 160, np.array([box], np.float32), np.array([2]),
+                         np.zeros(1, bool), np.zeros(1, np.float32))
+    cfg = config()
+    images, labels = next(iter(InputPipeline(cfg, RecordsSource([record]), is_training=False)()))
+    # 160x120 fits 128x128 at scale 0.8: content 96x128, then 32 rows of padding.
+    np.testing.assert_allclose(labels["image_scales"], [1.25])
+    np.testing.assert_allclose(labels["groundtruth_boxes"][0, 0], np.array(box) * 0.8)
+    assert labels["groundtruth_classes"][0, 0] == 2 and labels["groundtruth_classes"][0, 1] == -1
+    mean, std = np.array(cfg.mean_rgb), np.array(cfg.stddev_rgb)
+    np.testing.assert_allclose(images[0, 50, 60], (255 - mean) / std, rtol=1e-4)  # Inside the box.
+    np.testing.assert_allclose(images[0, 5, 5], (0 - mean) / std, rtol=1e-4)
+    assert not images[0, 100:].numpy().any()  # Padding is exactly zero after normalisation.
+    assert labels["source_ids"][0] == 7 and labels["source_ids"].dtype == tf.int64
+    assert labels["num_positives"][0] >= 1
+    assert labels["class_targets_3"].shape == (1, 16, 16, 9)
+
+
+def test_training_augmentation_keeps_boxes_on_their_objects(tmp_path):
+    records = make_records(str(tmp_path), count=4)
+    cfg = config(jitter_min=0.5, jitter_max=1.5, mean_rgb=[0.0], stddev_rgb=[255.0])
+    pipeline = InputPipeline(cfg, RecordsSource(records), is_training=True, batch_size=4, seed=5)
+    checked = 0
+    for images, labels in first_batches(pipeline(), 3):
+        for image, boxes, classes in zip(images, labels["groundtruth_boxes"],
+                                         labels["groundtruth_classes"]):
+            for box, cls in zip(boxes, classes):
+                if cls != 1 or (box[2] - box[0]) < 4 or (box[3] - box[1]) < 4:
+                    continue
+                ymin, xmin, ymax, xmax = np.round(box).astype(int)
+                inside = image[ymin + 1:ymax - 1, xmin + 1:xmax - 1]
+                assert inside.mean() > 0.9  # The white object is where its box says.
+                checked += 1
+    assert checked >= 6
+
+
+def test_training_is_repeatable_with_a_seed(tmp_path):
+    records = make_records(str(tmp_path), count=5)
+    cfg = config(jitter_min=0.5, jitter_max=1.5)
+    run = lambda seed: first_batches(  # noqa: E731
+        InputPipeline(cfg, RecordsSource(records), is_training=True, seed=seed)(), 4)
+    a, b, c = run(1), run(1), run(2)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x[0], y[0])
+        np.testing.assert_array_equal(x[1]["groundtruth_boxes"], y[1]["groundtruth_boxes"])
+    assert any(not np.array_equal(x[0], z[0]) for x, z in zip(a, c))
+    # Augmentation differs between epochs of the same run.
+    assert not all(np.array_equal(a[0][0], a[i][0]) for i in range(1, 4))
+
+
+def test_greyscale_and_rgba_images_become_rgb(tmp_path):
+    grey = write_image(str(tmp_path / "g.png"), np.full([40, 40, 1], 200, np.uint8), "png")
+    rgba = write_image(str(tmp_path / "r.png"), np.full([40, 40, 4], 100, np.uint8), "png")
+    records = [ImageRecord(i + 1, p, 40, 40, np.array([[5, 5, 30, 30]], np.float32), np.array([1]),
+                           np.zeros(1, bool), np.zeros(1, np.float32))
+               for i, p in enumerate([grey, rgba])]
+    cfg = config(mean_rgb=[0.0], stddev_rgb=[1.0])
+    images, _ = next(iter(InputPipeline(cfg, RecordsSource(records), is_training=False)()))
+    assert images.shape == (2, 128, 128, 3)
+    np.testing.assert_allclose(images[0, 10, 10], [200, 200, 200], atol=0.5)
+    np.testing.assert_allclose(images[1, 10, 10], [100, 100, 100], atol=0.5)
+
+
+def one_image_records(tmp_path, boxes, classes, name="x.jpg", image_id=1):
+    path = write_image(str(tmp_path / name), np.zeros([100, 100, 3], np.uint8))
+    boxes = np.array(boxes, np.float32).reshape(-1, 4)
+    return ImageRecord(image_id, path, 100, 100, boxes, np.array(classes, np.int64),
+                       np.zeros(len(classes), bool), np.zeros(len(classes), np.float32))
+
+
+def run_eval(records, **overrides):
+    pipeline = InputPipeline(config(**overrides), RecordsSource(records), is_training=False)
+    batches = first_batches(pipeline(), 10)
+    return batches, pipeline.health.summary()
+
+
+def test_undecodable_image_is_skipped_and_counted(tmp_path, caplog):
+    good = one_image_records(tmp_path, [[10, 10, 50, 50]], [1], "good.jpg", 1)
+    (tmp_path / "broken.jpg").write_bytes(b"\xff\xd8 not really a jpeg")
+    broken = ImageRecord(2, str(tmp_path / "broken.jpg"), 100, 100, np.zeros([0, 4], np.float32),
+                         np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0, np.float32))
+    missing = ImageRecord(3, str(tmp_path / "missing.jpg"), 100, 100, np.zeros([0, 4], np.float32),
+                          np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0, np.float32))
+    with caplog.at_level(logging.WARNING):
+        batches, health = run_eval([good, broken, missing])
+    assert sum(len(b[0]) for b in batches) == 1
+    assert health["undecodable_images"] == 2
+    assert "broken.jpg" in caplog.text and "missing.jpg" in caplog.text
+    assert "function_node" not in caplog.text
+
+
+def test_bad_boxes_are_clipped_or_dropped_and_counted(tmp_path):
+    record = one_image_records(
+        tmp_path,
+        [[10, 10, 50, 50],        # Fine.
+         [-10, 80, 40, 130],      # Partly outside: clipped to [0, 80, 40, 100].
+         [20, 20, 20, 60],        # No height: dropped.
+         [np.nan, 0, 10, 10],     # NaN: dropped.
+         [120, 120, 150, 150]],   # Entirely outside: empty after clipping, dropped.
+        [1, 2, 3, 1, 2])
+    batches, health = run_eval([record])
+    labels = batches[0][1]
+    classes = labels["groundtruth_classes"][0]
+    assert list(classes[:3]) == [1, 2, -1]
+    np.testing.assert_allclose(labels["groundtruth_boxes"][0, 1], np.array([0, 80, 40, 100]) * 1.28,
+                               rtol=1e-5)
+    assert health["boxes_clipped"] == 2 and health["empty_boxes_dropped"] == 2
+    assert health["nan_boxes_dropped"] == 1
+
+
+def test_class_id_out_of_range_names_record_and_id(tmp_path):
+    record = one_image_records(tmp_path, [[10, 10, 50, 50]], [4], "wrong_label.jpg", 42)
+    with pytest.raises(tf.errors.InvalidArgumentError) as e:
+        run_eval([record])
+    assert "source_id 42" in str(e.value) and "wrong_label.jpg" in str(e.value)
+    assert "class id 4 outside 1..3" in str(e.value)
+
+
+def test_more_instances_than_the_maximum_keeps_the_first(tmp_path, caplog):
+    boxes = [[i, i, i + 20, i + 20] for i in range(6)]
+    exact = one_image_records(tmp_path, boxes[:5], [1] * 5, "five.jpg", 1)
+    over = one_image_records(tmp_path, boxes, [1, 1, 1, 1, 1, 2], "six.jpg", 2)
+    with caplog.at_level(logging.WARNING):
+        batches, health = run_eval([exact, over], max_instances_per_image=5)
+    classes = batches[0][1]["groundtruth_classes"]
+    assert classes.shape == (2, 5) and (classes == 1).all()
+    assert health["instances_truncated"] == 1 and "six.jpg" in caplog.text
+    assert "five.jpg" not in caplog.text
+
+
+def test_pattern_matching_nothing_names_the_pattern(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nothing-here"):
+        TFRecordSource(str(tmp_path / "nothing-here-*.tfrecord"))
+    with pytest.raises(FileNotFoundError, match="missing"):
+        TFRecordSource([str(tmp_path / "missing-*"), str(tmp_path / "x")])
+
+
+def test_list_of_patterns_and_sharding_by_input_context(tmp_path):
+    records = make_records(str(tmp_path), count=8)
+    write_tfrecord(str(tmp_path / "a.tfrecord"), records[:4])
+    write_tfrecord(str(tmp_path / "b.tfrecord"), records[4:])
+    source = TFRecordSource([str(tmp_path / "a.tfrecord"), str(tmp_path / "b*.tfrecord")])
+    assert len(source.files) == 2
+    seen = []
+    for pipeline_id in range(2):
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline_id,
+                                             num_replicas_in_sync=2)
+        pipeline = InputPipeline(config(), source, is_training=False, batch_size=4)
+        batches = first_batches(pipeline(context), 10)
+        assert all(len(b[0]) <= 2 for b in batches)  # Per-replica share of the global batch.
+        seen.append({int(i) for b in batches for i in b[1]["source_ids"]})
+    assert not seen[0] & seen[1] and seen[0] | seen[1] == set(range(100, 108))
+
+
+def test_images_follow_the_precision_policy(tmp_path):
+    records = make_records(str(tmp_path), count=2)
+    images, labels = next(iter(InputPipeline(config(mixed_precision="bfloat16"),
+                                             RecordsSource(records), is_training=True, seed=0)()))
+    assert images.dtype == tf.bfloat16
+    assert labels["box_targets_3"].dtype == tf.float32
