@@ -11,10 +11,11 @@ Target conventions (from `anchors.AnchorLabeler`): class targets are
 
 import math
 
+import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from efficientdet_keras.anchors import IGNORE, decode_boxes
+from efficientdet_keras.anchors import IGNORE, Anchors, decode_boxes
 
 IOU_LOSS_TYPES = ("iou", "giou", "diou", "ciou")
 
@@ -177,3 +178,48 @@ class IoULoss(keras.losses.Loss):
 
     def get_config(self):
         return dict(super().get_config(), iou_type=self.iou_type)
+
+
+class DetectionLoss:
+    """The EfficientDet detection loss over all levels, from pipeline labels.
+
+    det_loss = cls_loss + box_loss_weight * box_loss (+ iou_loss_weight * iou_loss
+    when config.iou_loss_type is set). Positives are counted over the whole batch.
+
+    Call with `labels` (the InputPipeline dict: class_targets_<l>, box_targets_<l>,
+    num_positives) and the model's per-level outputs; returns a dict of float32
+    scalars: cls_loss, box_loss, det_loss, and iou_loss when enabled.
+    """
+
+    def __init__(self, config, image_size=None):
+        self.config = config
+        self.levels = list(range(config.min_level, config.max_level + 1))
+        self.focal = FocalLoss(config.num_classes, config.alpha, config.gamma,
+                               config.label_smoothing)
+        self.box = BoxLoss(config.delta)
+        self.iou = IoULoss(config.iou_loss_type) if config.iou_loss_type else None
+        if self.iou is not None:
+            anchors = Anchors(config, image_size or config.image_size)
+            pieces = np.split(anchors.boxes, np.cumsum(anchors.level_counts())[:-1])
+            self.level_anchors = [
+                tf.constant(p.reshape(h, w, -1))
+                for p, (h, w) in zip(pieces, anchors.level_shapes.values())]
+
+    def __call__(self, labels, class_outputs, box_outputs):
+        num_positives = labels["num_positives"]
+        cls_loss = box_loss = iou_loss = 0.0
+        for i, level in enumerate(self.levels):
+            class_targets = labels["class_targets_%d" % level]
+            box_targets = labels["box_targets_%d" % level]
+            cls_loss += self.focal((class_targets, num_positives), class_outputs[i])
+            box_loss += self.box((box_targets, class_targets, num_positives), box_outputs[i])
+            if self.iou is not None:
+                iou_loss += self.iou((box_targets, class_targets, num_positives,
+                                      self.level_anchors[i]), box_outputs[i])
+        losses = {"cls_loss": cls_loss, "box_loss": box_loss}
+        det_loss = cls_loss + self.config.box_loss_weight * box_loss
+        if self.iou is not None:
+            losses["iou_loss"] = iou_loss
+            det_loss += self.config.iou_loss_weight * iou_loss
+        losses["det_loss"] = det_loss
+        return losses

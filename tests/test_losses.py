@@ -130,3 +130,31 @@ def test_losses_take_half_precision_and_return_float32(dtype):
     boxes = rng.normal(0, 0.1, [1, 2, 2, 8]).astype(np.float32)
     box = BoxLoss()((tf.zeros([1, 2, 2, 8]), targets, 4.0), tf.cast(boxes, dtype))
     assert box.dtype == tf.float32 and float(box) > 0
+
+
+def test_detection_loss_sums_levels_with_weights():
+    from conftest import tiny_config
+    from efficientdet_keras.losses import DetectionLoss
+    config = tiny_config(num_classes=2, min_level=3, max_level=4, num_scales=1,
+                         aspect_ratios=[1.0], image_size=32, iou_loss_type="giou",
+                         iou_loss_weight=2.0, box_loss_weight=10.0)
+    rng = np.random.default_rng(7)
+    labels = {"num_positives": tf.constant([2.0])}
+    class_outputs, box_outputs = [], []
+    for level, size in ((3, 4), (4, 2)):
+        labels["class_targets_%d" % level] = tf.constant(rng.integers(-2, 2, [1, size, size, 1]),
+                                                         tf.int32)
+        labels["box_targets_%d" % level] = tf.constant(rng.normal(0, 0.1, [1, size, size, 4]),
+                                                       tf.float32)
+        class_outputs.append(tf.constant(rng.normal(0, 1, [1, size, size, 2]), tf.float32))
+        box_outputs.append(tf.constant(rng.normal(0, 0.1, [1, size, size, 4]), tf.float32))
+    losses = DetectionLoss(config)(labels, class_outputs, box_outputs)
+    focal = sum(float(FocalLoss(2)((labels["class_targets_%d" % l], labels["num_positives"]), c))
+                for l, c in zip((3, 4), class_outputs))
+    box = sum(float(BoxLoss()((labels["box_targets_%d" % l], labels["class_targets_%d" % l],
+                               labels["num_positives"]), b)) for l, b in zip((3, 4), box_outputs))
+    np.testing.assert_allclose(float(losses["cls_loss"]), focal, rtol=1e-6)
+    np.testing.assert_allclose(float(losses["box_loss"]), box, rtol=1e-6)
+    assert float(losses["iou_loss"]) > 0
+    np.testing.assert_allclose(float(losses["det_loss"]),
+                               focal + 10.0 * box + 2.0 * float(losses["iou_loss"]), rtol=1e-6)
