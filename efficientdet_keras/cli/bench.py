@@ -2,6 +2,8 @@
 
 Benchmarks:
   postprocess  network forward vs. post-processing (decode, top-k, NMS) for one batch.
+  pipeline     training input pipeline images/s vs. the images/s a train step consumes,
+               at 512 and 256 px.
 """
 
 import os
@@ -14,12 +16,15 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 from absl import app, flags  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("what", "postprocess", ["postprocess"], "Which benchmark to run.")
+flags.DEFINE_enum("what", "postprocess", ["postprocess", "pipeline"], "Which benchmark to run.")
 flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDet family.")
 flags.DEFINE_string("hparams", "", "Config overrides: 'k=v,k2=v2' or a YAML file path.")
 flags.DEFINE_integer("batch_size", 8, "Images per batch.")
 flags.DEFINE_integer("image_size", 512, "Square input size in pixels.")
 flags.DEFINE_integer("repeats", 10, "Timed runs per stage (after one warm-up run).")
+flags.DEFINE_list("sizes", ["512", "256"], "pipeline: input sizes to measure.")
+flags.DEFINE_string("data_dir", "/tmp/efficientdet_bench_data",
+                    "pipeline: where the synthetic benchmark data is written (and reused).")
 
 
 def median_seconds(fn, repeats: int) -> float:
@@ -60,16 +65,75 @@ def bench_postprocess(config) -> None:
                                                      seconds * 1e3, seconds / forward_time))
 
 
+def train_step_seconds(config, batch) -> float:
+    """Median seconds of one gradient step (forward, detection loss, backward, SGD)."""
+    import tensorflow as tf
+    import tf_keras as keras
+
+    from efficientdet_keras import EfficientDetNet
+    from efficientdet_keras.losses import DetectionLoss
+
+    model = EfficientDetNet(config=config)
+    loss_fn = DetectionLoss(config)
+    optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
+    images, labels = batch
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            class_outputs, box_outputs = model(images, training=True)
+            loss = loss_fn(labels, class_outputs, box_outputs)["det_loss"]
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    return median_seconds(lambda: float(step()), max(3, FLAGS.repeats // 3))
+
+
+def pipeline_images_per_second(dataset, batches: int) -> float:
+    """Images/s of a dataset after a warm-up of 2 batches (fills buffers, traces maps)."""
+    iterator = iter(dataset)
+    for _ in range(2):
+        next(iterator)
+    count, start = 0, time.perf_counter()
+    for _ in range(batches):
+        images, _ = next(iterator)
+        count += int(images.shape[0])
+    return count / (time.perf_counter() - start)
+
+
+def bench_pipeline(config) -> None:
+    from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
+    from efficientdet_keras.data.synthetic import write_synthetic_dataset
+
+    # COCO-like originals (640x480), so decoding and resizing cost what they do in practice.
+    data = write_synthetic_dataset(FLAGS.data_dir, num_train=256, num_val=8, image_size=(480, 640),
+                                   seed=0)
+    print("%s, batch %d, %d-core machine; synthetic 640x480 JPEG TFRecords"
+          % (config.name, FLAGS.batch_size, os.cpu_count()))
+    print("%-6s %18s %20s %8s" % ("size", "pipeline (img/s)", "train step (img/s)", "ratio"))
+    for size in FLAGS.sizes:
+        sized = config.copy()
+        sized.override({"image_size": int(size), "batch_size": FLAGS.batch_size, "num_classes": 4})
+        pipeline = InputPipeline(sized, TFRecordSource(data.train_tfrecord), is_training=True,
+                                 seed=0)
+        dataset = pipeline()
+        produced = pipeline_images_per_second(dataset, max(10, FLAGS.repeats * 2))
+        consumed = FLAGS.batch_size / train_step_seconds(sized, next(iter(dataset)))
+        print("%-6s %18.1f %20.2f %8.1f" % (size, produced, consumed, produced / consumed))
+
+
 def main(argv):
     del argv
     from efficientdet_keras import get_efficientdet_config
     try:
         config = get_efficientdet_config(FLAGS.model_name)
         config.override(FLAGS.hparams)
-        config.override({"image_size": FLAGS.image_size})
+        if FLAGS.what == "postprocess":
+            config.override({"image_size": FLAGS.image_size})
     except ValueError as e:
         sys.exit("efficientdet-bench: %s" % e)
-    {"postprocess": bench_postprocess}[FLAGS.what](config)
+    {"postprocess": bench_postprocess, "pipeline": bench_pipeline}[FLAGS.what](config)
 
 
 def run():

@@ -1,0 +1,170 @@
+"""efficientdet-create-tfrecord: COCO JSON or Pascal VOC into sharded TFRecord files.
+
+Examples are in the Object Detection API layout (`data.records.record_to_tf_example`):
+image bytes stored as they are on disk (no re-encoding), boxes normalised to 0..1.
+Shards are named <output_prefix>-00000-of-00004.tfrecord and filled round-robin.
+
+  efficientdet-create-tfrecord --input_format=voc --voc_root=VOCdevkit/VOC2012 \\
+      --voc_split=val --output_prefix=tfrecord/voc-val --num_shards=4 \\
+      --output_json=tfrecord/voc-val.json
+
+--output_json writes the COCO ground truth of the images actually written
+(skipped images are left out), from `records_to_coco`. Evaluation needs it for VOC;
+for COCO it is an optional, box-only copy of the input (annotation ids renumbered,
+segmentations dropped, areas kept).
+
+Missing or unreadable images are skipped with a warning and counted. Each shard is
+written under a hidden temporary name and renamed only when all shards are
+complete, so an interrupted run leaves nothing that looks like finished output.
+Paths are local files (the final rename is os.replace).
+"""
+
+import glob
+import json
+import os
+import sys
+from typing import Dict, Optional
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+from absl import app, flags, logging  # noqa: E402
+
+from efficientdet_keras.data.tfrecord_writer import shard_paths, write_tfrecords  # noqa: E402
+
+TOOL = "efficientdet-create-tfrecord"
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("input_format", None, ["coco", "voc"], "The annotation format to read.")
+flags.DEFINE_string("coco_json", "", "COCO: the instances JSON file.")
+flags.DEFINE_string("image_dir", "", "COCO: the folder holding the images named in the JSON.")
+flags.DEFINE_string("voc_root", "", "VOC: a year folder holding Annotations/, ImageSets/ and "
+                    "JPEGImages/, e.g. VOCdevkit/VOC2012.")
+flags.DEFINE_string("voc_split", "train",
+                    "VOC: the ImageSets/Main split (train, val, trainval...).")
+flags.DEFINE_string("label_map", "", "Optional YAML or JSON file of {id: name} (or a config file "
+                    "with a label_map key). Default: the VOC classes, or the COCO JSON categories.")
+flags.DEFINE_string("output_prefix", "", "Output path prefix, e.g. out/train writes "
+                    "out/train-00000-of-00004.tfrecord ...")
+flags.DEFINE_integer("num_shards", 1, "Number of output files.", lower_bound=1)
+flags.DEFINE_string("output_json", "", "Optional COCO ground-truth JSON of the written images.")
+
+
+def load_label_map(path: str) -> Dict[int, str]:
+    """Reads {id: name} from a YAML or JSON file (a config file's label_map key also works).
+
+    Raises:
+      ValueError naming the file when it cannot be read or is not such a mapping.
+    """
+    import yaml
+
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)  # YAML is a superset of JSON.
+    except (OSError, yaml.YAMLError) as e:
+        # YAML errors span several lines; the CLI reports errors on one.
+        one_line = " ".join(str(e).split())
+        raise ValueError("cannot read label map %s: %s" % (path, one_line)) from None
+    if isinstance(data, dict) and isinstance(data.get("label_map"), dict):
+        data = data["label_map"]
+    try:
+        if not isinstance(data, dict) or not data:
+            raise TypeError
+        return {int(k): str(v) for k, v in data.items()}
+    except (TypeError, ValueError):
+        raise ValueError("label map %s must be a mapping of integer ids to names, e.g. "
+                         "{1: cat, 2: dog}" % path) from None
+
+
+def coco_categories(annotation_file: str) -> Dict[int, str]:
+    """{id: name} from a COCO JSON's categories list."""
+    with open(annotation_file) as f:
+        categories = json.load(f).get("categories", [])
+    return {int(c["id"]): str(c["name"]) for c in categories}
+
+
+def check_flags() -> Optional[str]:
+    """The first problem with the flags as an error message, or None. Touches no TensorFlow."""
+    if FLAGS.input_format is None:
+        return "--input_format is required (coco or voc)"
+    if FLAGS.input_format == "voc":
+        if not FLAGS.voc_root:
+            return "--voc_root is required with --input_format=voc"
+        if not os.path.isdir(FLAGS.voc_root):
+            return "--voc_root %s is not a directory" % FLAGS.voc_root
+    else:
+        for name in ("coco_json", "image_dir"):
+            if not FLAGS[name].value:
+                return "--%s is required with --input_format=coco" % name
+        if not os.path.isfile(FLAGS.coco_json):
+            return "--coco_json %s is not a file" % FLAGS.coco_json
+        if not os.path.isdir(FLAGS.image_dir):
+            return "--image_dir %s is not a directory" % FLAGS.image_dir
+    if FLAGS.label_map and not os.path.isfile(FLAGS.label_map):
+        return "--label_map %s is not a file" % FLAGS.label_map
+    if not FLAGS.output_prefix:
+        return "--output_prefix is required, e.g. --output_prefix=out/train"
+    if FLAGS.output_prefix.endswith(os.sep):
+        return "--output_prefix %s names a directory; add a file name prefix" % FLAGS.output_prefix
+    for path in (FLAGS.output_prefix, FLAGS.output_json):
+        if not path:
+            continue
+        directory = os.path.dirname(os.path.abspath(path))
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as e:
+            return "cannot create output directory %s: %s" % (directory, e.strerror or e)
+        if not os.access(directory, os.W_OK | os.X_OK):
+            return "output directory %s is not writable" % directory
+    return None
+
+
+def main(argv):
+    del argv
+    problem = check_flags()
+    if problem:
+        sys.exit("%s: %s" % (TOOL, problem))
+
+    from efficientdet_keras.data.records import load_coco_records, records_to_coco
+    from efficientdet_keras.data.voc import VOC_LABEL_MAP, load_voc_records
+
+    try:
+        label_map = load_label_map(FLAGS.label_map) if FLAGS.label_map else None
+        if FLAGS.input_format == "voc":
+            label_map = label_map or VOC_LABEL_MAP
+            records = load_voc_records(FLAGS.voc_root, FLAGS.voc_split, label_map)
+        else:
+            records = load_coco_records(FLAGS.coco_json, FLAGS.image_dir)
+            label_map = label_map or coco_categories(FLAGS.coco_json)
+    except (OSError, ValueError, KeyError) as e:
+        sys.exit("%s: %s" % (TOOL, e))
+    if not records:
+        sys.exit("%s: the input lists no images" % TOOL)
+
+    stale = sorted(set(glob.glob(glob.escape(FLAGS.output_prefix) + "-?????-of-?????.tfrecord"))
+                   - set(shard_paths(FLAGS.output_prefix, FLAGS.num_shards)))
+    if stale:
+        logging.warning("%d shard(s) from an earlier run with another --num_shards remain, "
+                        "e.g. %s; a '%s-*' pattern would read them too",
+                        len(stale), stale[0], FLAGS.output_prefix)
+
+    try:
+        stats = write_tfrecords(records, FLAGS.output_prefix, FLAGS.num_shards, label_map)
+    except (OSError, ValueError) as e:
+        sys.exit("%s: %s" % (TOOL, e))
+    if FLAGS.output_json:
+        temp = FLAGS.output_json + ".%d.tmp" % os.getpid()
+        with open(temp, "w") as f:
+            json.dump(records_to_coco(stats.written_records, label_map), f)
+        os.replace(temp, FLAGS.output_json)
+    print("Wrote %d images (%d objects) to %d shard(s) %s-*-of-%05d.tfrecord; skipped %d images%s"
+          % (stats.images_written, stats.objects_written, FLAGS.num_shards, FLAGS.output_prefix,
+             FLAGS.num_shards, stats.images_skipped,
+             "; ground truth in %s" % FLAGS.output_json if FLAGS.output_json else ""))
+
+
+def run():
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

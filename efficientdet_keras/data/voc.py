@@ -1,0 +1,121 @@
+"""Pascal VOC reader: a VOCdevkit year folder (VOC2007, VOC2012) into ImageRecords.
+
+Layout read (the standard one):
+  <voc_root>/ImageSets/Main/<split>.txt   one image id per line
+  <voc_root>/Annotations/<id>.xml         size and objects
+  <voc_root>/JPEGImages/<id>.jpg          the image (only its path is recorded)
+"""
+
+import os
+import xml.etree.ElementTree as ElementTree
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from efficientdet_keras.data.records import ImageRecord, empty_annotations
+
+# The 20 VOC classes in their usual order; 0 is left for the background.
+VOC_LABEL_MAP: Dict[int, str] = {
+    1: "aeroplane", 2: "bicycle", 3: "bird", 4: "boat", 5: "bottle", 6: "bus", 7: "car",
+    8: "cat", 9: "chair", 10: "cow", 11: "diningtable", 12: "dog", 13: "horse",
+    14: "motorbike", 15: "person", 16: "pottedplant", 17: "sheep", 18: "sofa", 19: "train",
+    20: "tvmonitor",
+}
+
+
+def load_voc_records(voc_root: str, split: str = "train",
+                     label_map: Optional[Dict[int, str]] = None,
+                     start_id: int = 1) -> List[ImageRecord]:
+    """Reads one split of a VOC year folder into ImageRecords.
+
+    Args:
+      voc_root: the folder holding Annotations/, ImageSets/ and JPEGImages/
+        (e.g. VOCdevkit/VOC2012).
+      split: the ImageSets/Main file name without .txt (train, val, trainval, test).
+      label_map: {class id: class name}; defaults to VOC_LABEL_MAP.
+      start_id: the image id of the first image; the others follow in split-file
+        order, so ids are deterministic (and can be kept apart across years).
+
+    VOC boxes are 1-based inclusive pixel indices; 1 is subtracted from xmin and
+    ymin so that boxes are [ymin, xmin, ymax, xmax] in 0-based continuous pixel
+    coordinates (a box over the whole image is [0, 0, height, width]), the same
+    convention as COCO. Objects marked difficult are kept with is_crowd=True, so
+    training ignores them and COCO evaluation treats them as ignore regions.
+
+    Raises:
+      FileNotFoundError naming the missing split or annotation file.
+      ValueError naming the XML file for malformed XML, or for a class name not
+      in the label map (listing the known names).
+    """
+    class_ids = _names_to_ids(label_map or VOC_LABEL_MAP)
+    split_file = os.path.join(voc_root, "ImageSets", "Main", split + ".txt")
+    if not os.path.isfile(split_file):
+        raise FileNotFoundError("VOC split file not found: %s" % split_file)
+    with open(split_file) as f:
+        # Main/<split>.txt holds one id per line; take the first token to be lenient
+        # about trailing columns and blank lines.
+        image_ids = [line.split()[0] for line in f if line.strip()]
+    records = []
+    for index, name in enumerate(image_ids):
+        xml_path = os.path.join(voc_root, "Annotations", name + ".xml")
+        image_path = os.path.join(voc_root, "JPEGImages", name + ".jpg")
+        records.append(_read_annotation(xml_path, image_path, start_id + index, class_ids))
+    return records
+
+
+def _names_to_ids(label_map: Dict[int, str]) -> Dict[str, int]:
+    class_ids = {}
+    for class_id, name in label_map.items():
+        if name in class_ids:
+            raise ValueError("Label map names %r twice (ids %d and %d)"
+                             % (name, class_ids[name], int(class_id)))
+        class_ids[name] = int(class_id)
+    return class_ids
+
+
+def _read_annotation(xml_path: str, image_path: str, image_id: int,
+                     class_ids: Dict[str, int]) -> ImageRecord:
+    if not os.path.isfile(xml_path):
+        raise FileNotFoundError("VOC annotation file not found: %s" % xml_path)
+    try:
+        root = ElementTree.parse(xml_path).getroot()
+        height = int(float(_text(root, "size/height")))
+        width = int(float(_text(root, "size/width")))
+        boxes, classes, difficult = [], [], []
+        for obj in root.findall("object"):
+            name = _text(obj, "name").strip()
+            if name not in class_ids:
+                raise _UnknownClass(name)
+            # Coordinates are integers in VOC itself but floats in some exports.
+            xmin, ymin, xmax, ymax = (float(_text(obj, "bndbox/" + key))
+                                      for key in ("xmin", "ymin", "xmax", "ymax"))
+            boxes.append([ymin - 1.0, xmin - 1.0, ymax, xmax])
+            classes.append(class_ids[name])
+            difficult.append(int(obj.findtext("difficult", "0").strip() or 0) == 1)
+    except _UnknownClass as e:
+        raise ValueError("%s: class name %r is not in the label map; known names: %s"
+                         % (xml_path, e.name, ", ".join(sorted(class_ids)))) from None
+    except (ElementTree.ParseError, ValueError) as e:
+        raise ValueError("%s is not a valid VOC annotation: %s" % (xml_path, e)) from None
+    if boxes:
+        box_array = np.array(boxes, np.float32)
+        area = ((box_array[:, 2] - box_array[:, 0]) * (box_array[:, 3] - box_array[:, 1]))
+        annotations = (box_array, np.array(classes, np.int64), np.array(difficult, bool),
+                       area.astype(np.float32))
+    else:
+        annotations = empty_annotations()
+    return ImageRecord(image_id, image_path, height, width, *annotations)
+
+
+class _UnknownClass(Exception):
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name
+
+
+def _text(element, path: str) -> str:
+    """The text of a required sub-element; ValueError naming it when absent or empty."""
+    text = element.findtext(path)
+    if text is None or not text.strip():
+        raise ValueError("missing <%s>" % path)
+    return text
