@@ -29,3 +29,4 @@ clean:
 
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py --what=postprocess
+	$(BIN)/python tools/bench.py --what=pipeline --batch_size=4

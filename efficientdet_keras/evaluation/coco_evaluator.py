@@ -1,0 +1,230 @@
+"""COCO box evaluation that matches pycocotools exactly.
+
+    evaluator = COCOEvaluator(annotation_file="instances_val.json")   # or ground truth from batches
+    for images, labels in dataset:
+        detections = postprocess_detections(config, *model(images), labels["image_scales"])
+        evaluator.add_batch(labels, detections)
+    metrics = evaluator.result()     # {"AP": ..., "AP50": ..., ..., "AP_/person": ...}
+
+Every image the evaluator has seen counts, with or without detections. Image
+ids stay exact integers. Two scoring backends give the same numbers:
+pycocotools (the reference) and faster-coco-eval (used when installed).
+"""
+
+import contextlib
+import copy
+import io
+import json
+from typing import Dict, List, Mapping, Optional
+
+import numpy as np
+from absl import logging
+
+from efficientdet_keras.postprocess import Detections, to_coco_rows
+
+METRIC_NAMES = ("AP", "AP50", "AP75", "APs", "APm", "APl",
+                "ARmax1", "ARmax10", "ARmax100", "ARs", "ARm", "ARl")
+BACKENDS = ("auto", "pycocotools", "faster_coco_eval")
+
+
+def faster_coco_eval_available() -> bool:
+    try:
+        import faster_coco_eval  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _numpy(value) -> np.ndarray:
+    return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+
+
+class COCOEvaluator:
+    """Accumulates detections (and optionally ground truth) batch by batch; scores with COCO.
+
+    Args:
+      annotation_file: a COCO instances JSON with the ground truth. Without it,
+        ground truth comes from the batches passed to `add_batch` / `add_groundtruth`.
+      label_map: {class id: name}; enables per-class AP keyed "AP_/<name>". With an
+        annotation file, its categories are used when no label map is given.
+      backend: "auto" (faster-coco-eval when installed, else pycocotools),
+        "pycocotools" or "faster_coco_eval".
+      verbose: let the backend print its summary table.
+    """
+
+    def __init__(self, annotation_file: Optional[str] = None,
+                 label_map: Optional[Mapping[int, str]] = None, backend: str = "auto",
+                 verbose: bool = False):
+        if backend not in BACKENDS:
+            raise ValueError("backend must be one of %s, got %r" % (", ".join(BACKENDS), backend))
+        if backend == "auto":
+            backend = "faster_coco_eval" if faster_coco_eval_available() else "pycocotools"
+        self.backend = backend
+        self.verbose = verbose
+        self.annotation_file = annotation_file
+        self._file_groundtruth = None
+        if annotation_file:
+            with open(annotation_file) as f:
+                self._file_groundtruth = json.load(f)
+            if label_map is None:
+                label_map = {c["id"]: c["name"] for c in self._file_groundtruth.get("categories", [])}
+        self.label_map = dict(label_map) if label_map else None
+        self.reset()
+
+    def reset(self) -> None:
+        """Forgets all detections and batch ground truth (for the next epoch)."""
+        self._detections: List[np.ndarray] = []
+        self._images: Dict[int, dict] = {}
+        self._annotations: List[dict] = []
+        self._evaluated_ids: List[int] = []
+
+    # --- accumulation ----------------------------------------------------------
+    def add_detections(self, image_ids, rows: np.ndarray) -> None:
+        """Adds COCO rows [image_id, x, y, w, h, score, class] for the images `image_ids`.
+
+        `image_ids` lists every image of the batch, so images without detections count.
+        """
+        self._evaluated_ids.extend(int(i) for i in _numpy(image_ids).reshape(-1))
+        rows = np.asarray(rows, np.float64).reshape(-1, 7)
+        if len(rows):
+            self._detections.append(rows)
+
+    def add_groundtruth(self, image_ids, boxes, classes, is_crowd=None, area=None,
+                        image_scales=None) -> None:
+        """Adds padded ground truth of a batch (the InputPipeline's labels).
+
+        Args:
+          image_ids: [B] integers.
+          boxes: [B, N, 4] [ymin, xmin, ymax, xmax] in network-input pixels (multiplied
+            by image_scales) or original pixels (image_scales None).
+          classes: [B, N] ids, <= 0 for padding. is_crowd: [B, N] bool. area: [B, N]
+            original pixels^2 (0 or missing: the box area).
+        """
+        ids = _numpy(image_ids).astype(np.int64).reshape(-1)
+        boxes = _numpy(boxes).astype(np.float64)
+        classes = _numpy(classes).astype(np.int64)
+        crowd = np.zeros_like(classes, bool) if is_crowd is None else _numpy(is_crowd).astype(bool)
+        areas = np.zeros_like(boxes[..., 0]) if area is None else _numpy(area).astype(np.float64)
+        if image_scales is not None:
+            boxes = boxes * _numpy(image_scales).astype(np.float64).reshape(-1, 1, 1)
+        for b, image_id in enumerate(ids):
+            image_id = int(image_id)
+            if image_id in self._images:
+                continue  # Seen before (a repeated or padded batch); count it once.
+            self._images[image_id] = {"id": image_id}
+            for box, cls, iscrowd, ann_area in zip(boxes[b], classes[b], crowd[b], areas[b]):
+                if cls <= 0:
+                    continue
+                ymin, xmin, ymax, xmax = box
+                width, height = xmax - xmin, ymax - ymin
+                self._annotations.append({
+                    "id": len(self._annotations) + 1, "image_id": image_id,
+                    "category_id": int(cls), "iscrowd": int(iscrowd),
+                    "bbox": [float(xmin), float(ymin), float(width), float(height)],
+                    "area": float(ann_area) if ann_area > 0 else float(width * height)})
+
+    def add_batch(self, labels: Mapping, detections: Detections) -> None:
+        """Adds one batch: detections (original pixels) and, without a file, its ground truth."""
+        image_ids = labels["source_ids"]
+        self.add_detections(image_ids, to_coco_rows(image_ids, detections))
+        if self._file_groundtruth is None:
+            self.add_groundtruth(image_ids, labels["groundtruth_boxes"],
+                                 labels["groundtruth_classes"], labels.get("groundtruth_is_crowd"),
+                                 labels.get("groundtruth_area"), labels["image_scales"])
+
+    # --- scoring -----------------------------------------------------------------
+    def groundtruth_dataset(self) -> dict:
+        """The COCO ground-truth dict that will be scored (restricted to evaluated images)."""
+        if self._file_groundtruth is not None:
+            evaluated = set(self._evaluated_ids)
+            data = copy.copy(self._file_groundtruth)
+            data["images"] = [im for im in data["images"] if im["id"] in evaluated]
+            data["annotations"] = [a for a in data["annotations"] if a["image_id"] in evaluated]
+            return data
+        categories = ([{"id": int(k), "name": str(v)} for k, v in sorted(self.label_map.items())]
+                      if self.label_map else
+                      [{"id": c, "name": str(c)} for c in sorted({a["category_id"]
+                                                                   for a in self._annotations})])
+        return {"images": list(self._images.values()), "annotations": list(self._annotations),
+                "categories": categories}
+
+    def detection_results(self) -> List[dict]:
+        """Detections as a COCO results list (what test-dev submissions hold)."""
+        rows = np.concatenate(self._detections) if self._detections else np.zeros([0, 7])
+        return [{"image_id": int(r[0]), "bbox": [float(r[1]), float(r[2]), float(r[3]), float(r[4])],
+                 "score": float(r[5]), "category_id": int(r[6])} for r in rows]
+
+    def result(self) -> Dict[str, float]:
+        """Scores everything added since the last reset.
+
+        Returns:
+          The 12 COCO metrics by METRIC_NAMES, plus "AP_/<name>" per class when a
+          label map is known. -1 marks a metric with no ground truth (as in pycocotools).
+        """
+        groundtruth = self.groundtruth_dataset()
+        if not groundtruth["images"]:
+            raise ValueError("Nothing to evaluate: no images were added")
+        results = self.detection_results()
+        if not results:
+            # pycocotools cannot load an empty result list; one zero-score detection
+            # of zero size changes no metric (every AP and AR stays 0, or -1 without gt).
+            first = groundtruth["images"][0]["id"]
+            category = groundtruth["categories"][0]["id"] if groundtruth["categories"] else 1
+            results = [{"image_id": first, "bbox": [0.0, 0.0, 0.0, 0.0], "score": 0.0,
+                        "category_id": category}]
+        evaluation = self._run_backend(groundtruth, results)
+        metrics = {name: float(value) for name, value in zip(METRIC_NAMES, evaluation.stats)}
+        if self.label_map:
+            metrics.update(self._per_class_ap(evaluation, groundtruth))
+        return metrics
+
+    def _run_backend(self, groundtruth: dict, results: List[dict]):
+        quiet = contextlib.nullcontext() if self.verbose else contextlib.redirect_stdout(io.StringIO())
+        with quiet:
+            if self.backend == "faster_coco_eval":
+                from faster_coco_eval import COCO, COCOeval_faster
+                gt = COCO(groundtruth)
+                evaluation = COCOeval_faster(gt, gt.loadRes(results), "bbox",
+                                             print_function=print if self.verbose else _silent)
+            else:
+                from pycocotools.coco import COCO
+                from pycocotools.cocoeval import COCOeval
+                gt = COCO()
+                gt.dataset = groundtruth
+                gt.createIndex()
+                evaluation = COCOeval(gt, gt.loadRes(results), "bbox")
+            evaluation.evaluate()
+            evaluation.accumulate()
+            evaluation.summarize()
+        return evaluation
+
+    def _per_class_ap(self, evaluation, groundtruth) -> Dict[str, float]:
+        """AP over IoU 0.5:0.95, all areas, 100 detections, for each category."""
+        precision = np.asarray(evaluation.eval["precision"])  # [T, R, K, A, M]
+        category_ids = list(evaluation.params.catIds)
+        out = {}
+        for k, category_id in enumerate(category_ids):
+            values = precision[:, :, k, 0, -1]
+            values = values[values > -1]
+            name = self.label_map.get(category_id, str(category_id))
+            out["AP_/%s" % name] = float(values.mean()) if values.size else -1.0
+        return out
+
+
+def _silent(*args, **kwargs):
+    del args, kwargs
+
+
+def gather_across_replicas(strategy, value):
+    """Concatenates a per-replica tensor (or nest of tensors) from all replicas on axis 0.
+
+    Use inside a distributed eval loop before `add_batch`, so every replica's
+    images are scored.
+    """
+    import tensorflow as tf
+    return tf.nest.map_structure(lambda v: strategy.gather(v, axis=0), value)
+
+
+def log_metrics(metrics: Mapping[str, float]) -> None:
+    logging.info("COCO: %s", ", ".join("%s=%.4f" % (k, metrics[k]) for k in METRIC_NAMES
+                                       if k in metrics))
