@@ -30,3 +30,4 @@ clean:
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py --what=postprocess
 	$(BIN)/python tools/bench.py --what=pipeline --batch_size=4
+	$(BIN)/python tools/bench.py --what=eval --image_size=256 --batch_size=8

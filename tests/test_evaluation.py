@@ -166,3 +166,14 @@ def test_backend_printing_is_kept_quiet(tmp_path, capsys):
 @pytest.mark.skipif(not faster_coco_eval_available(), reason="faster-coco-eval is not installed")
 def test_auto_backend_prefers_faster_coco_eval():
     assert COCOEvaluator(label_map={1: "a"}).backend == "faster_coco_eval"
+
+
+def test_gather_across_replicas_collects_every_image():
+    from efficientdet_keras.evaluation import gather_across_replicas
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    dataset = tf.data.Dataset.from_tensor_slices(tf.range(8, dtype=tf.int64)).batch(4)
+    gathered = []
+    for batch in strategy.experimental_distribute_dataset(dataset):
+        ids = strategy.run(lambda x: tf.identity(x), args=(batch,))
+        gathered.extend(gather_across_replicas(strategy, ids).numpy().tolist())
+    assert sorted(gathered) == list(range(8))

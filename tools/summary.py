@@ -1,11 +1,7 @@
 """Runs efficientdet-summary from a checkout: python tools/summary.py --model_name=..."""
 
-import os
-import sys
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from efficientdet_keras.cli.summary import run  # noqa: E402
+import _checkout  # noqa: F401  (puts this checkout first on sys.path)
+from efficientdet_keras.cli.summary import run
 
 if __name__ == "__main__":
     run()

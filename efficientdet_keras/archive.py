@@ -1,0 +1,108 @@
+"""Keeping the best k checkpoints by an evaluation metric, crash-safely.
+
+Layout of `<model_dir>/archive/`:
+  ckpt-<epoch>.index, ckpt-<epoch>.data-00000-of-00001   copies of the best checkpoints
+  archive.json   {"monitor": "AP", "mode": "max", "checkpoints": [best first, each with
+                  name, epoch, the monitored value and all metrics]}
+
+Files are copied under temporary names and renamed (data before index); the
+JSON is replaced atomically and only then are evicted checkpoints deleted. A
+crash at any point leaves every checkpoint listed in archive.json complete.
+The trainer's archiving callback and `efficientdet-eval --continuous` share it.
+"""
+
+import glob
+import json
+import os
+import shutil
+import uuid
+from typing import Dict, List, Optional
+
+from absl import logging
+
+ARCHIVE_JSON = "archive.json"
+
+
+class CheckpointArchive:
+    """The best `keep` checkpoints of a run by `monitor` (a key of the metrics dict).
+
+    Args:
+      archive_dir: usually <model_dir>/archive; created when needed.
+      keep: how many checkpoints to keep.
+      monitor: the metric that ranks them, e.g. "AP" or "val_AP".
+      mode: "max" (higher is better) or "min".
+    """
+
+    def __init__(self, archive_dir: str, keep: int = 3, monitor: str = "AP", mode: str = "max"):
+        if mode not in ("max", "min"):
+            raise ValueError("mode must be 'max' or 'min', got %r" % mode)
+        if keep < 1:
+            raise ValueError("keep must be at least 1, got %d" % keep)
+        self.archive_dir = archive_dir
+        self.keep, self.monitor, self.mode = keep, monitor, mode
+
+    @property
+    def json_path(self) -> str:
+        return os.path.join(self.archive_dir, ARCHIVE_JSON)
+
+    def entries(self) -> List[Dict]:
+        """Archived checkpoints, best first (empty when there is no archive yet)."""
+        if not os.path.exists(self.json_path):
+            return []
+        with open(self.json_path) as f:
+            return json.load(f)["checkpoints"]
+
+    def best(self) -> Optional[Dict]:
+        """The best entry, with "path" set to its checkpoint prefix; None when empty."""
+        entries = self.entries()
+        if not entries:
+            return None
+        return dict(entries[0], path=os.path.join(self.archive_dir, entries[0]["name"]))
+
+    def _rank_key(self, entry: Dict) -> float:
+        value = float(entry[self.monitor])
+        return -value if self.mode == "max" else value
+
+    def consider(self, checkpoint_prefix: str, epoch: int, metrics: Dict[str, float]) -> bool:
+        """Archives the checkpoint when it ranks among the best `keep`; returns whether it did.
+
+        Raises:
+          KeyError naming the monitored metric when `metrics` lacks it.
+        """
+        if self.monitor not in metrics:
+            raise KeyError("Metric %r to rank checkpoints by is not among %s"
+                           % (self.monitor, sorted(metrics)))
+        name = "ckpt-%d" % epoch
+        entry = {"name": name, "epoch": int(epoch), self.monitor: float(metrics[self.monitor]),
+                 "metrics": {k: float(v) for k, v in metrics.items()}}
+        current = [e for e in self.entries() if e["name"] != name]
+        ranked = sorted(current + [entry], key=self._rank_key)
+        kept = ranked[:self.keep]
+        if entry not in kept:
+            return False
+        os.makedirs(self.archive_dir, exist_ok=True)
+        self._copy_checkpoint(checkpoint_prefix, os.path.join(self.archive_dir, name))
+        self._write_json(kept)
+        for evicted in ranked[self.keep:]:
+            for path in glob.glob(os.path.join(self.archive_dir, evicted["name"] + ".*")):
+                os.remove(path)
+        logging.info("Archived %s (%s=%.4f) in %s", name, self.monitor, entry[self.monitor],
+                     self.archive_dir)
+        return True
+
+    def _copy_checkpoint(self, source_prefix: str, target_prefix: str) -> None:
+        files = sorted(glob.glob(source_prefix + ".data-*")) + [source_prefix + ".index"]
+        if not os.path.exists(files[-1]):
+            raise FileNotFoundError("Checkpoint %s does not exist (no .index file)" % source_prefix)
+        tag = uuid.uuid4().hex
+        for path in files:  # Data first, index last: an index always has its data.
+            target = target_prefix + path[len(source_prefix):]
+            shutil.copyfile(path, target + "." + tag)
+            os.replace(target + "." + tag, target)
+
+    def _write_json(self, entries: List[Dict]) -> None:
+        tmp = self.json_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"monitor": self.monitor, "mode": self.mode, "checkpoints": entries}, f,
+                      indent=1)
+        os.replace(tmp, self.json_path)

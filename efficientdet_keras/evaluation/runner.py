@@ -1,0 +1,88 @@
+"""Running a model over an evaluation dataset and scoring it with COCOEvaluator.
+
+Shared by the eval tool (`efficientdet-eval`), the trainer's COCO callback and the
+benchmark, so "evaluate a model" means one thing everywhere.
+"""
+
+import dataclasses
+import time
+from typing import Dict, Optional
+
+import tensorflow as tf
+import tf_keras as keras
+
+from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
+from efficientdet_keras.postprocess import postprocess_detections
+
+
+@dataclasses.dataclass
+class EvaluationTiming:
+    """Seconds spent in each stage of an evaluation."""
+    network: float = 0.0
+    postprocess: float = 0.0
+    scoring: float = 0.0
+    images: int = 0
+
+
+def make_detect_fns(model, config, nms_overrides: Optional[dict] = None):
+    """tf.functions for the network and for post-processing (timed separately)."""
+    forward = tf.function(lambda images: model(images, training=False))
+    postprocess = tf.function(
+        lambda class_outputs, box_outputs, image_scales: postprocess_detections(
+            config, class_outputs, box_outputs, image_scales, nms_overrides=nms_overrides))
+    return forward, postprocess
+
+
+def evaluate_dataset(model, dataset: tf.data.Dataset, config, evaluator: COCOEvaluator,
+                     max_images: Optional[int] = None, nms_overrides: Optional[dict] = None,
+                     progress: bool = True, detect_fns=None):
+    """Evaluates `model` on a dataset of (images, labels) batches from InputPipeline.
+
+    Args:
+      max_images: stop after this many images (all of them when None).
+      nms_overrides: NMS settings that replace config.nms_configs keys.
+      progress: show a Keras progress bar.
+      detect_fns: (forward, postprocess) from `make_detect_fns`, to reuse traced functions.
+
+    Returns:
+      (metrics dict from evaluator.result(), EvaluationTiming). The evaluator is
+      reset first, so it holds exactly this evaluation afterwards.
+    """
+    forward, postprocess = detect_fns or make_detect_fns(model, config, nms_overrides)
+    evaluator.reset()
+    timing = EvaluationTiming()
+    bar = keras.utils.Progbar(max_images, unit_name="image") if progress else None
+    for images, labels in dataset:
+        if max_images is not None and timing.images >= max_images:
+            break
+        if max_images is not None and timing.images + int(images.shape[0]) > max_images:
+            keep = max_images - timing.images
+            images = images[:keep]
+            labels = {k: v[:keep] for k, v in labels.items()}
+        start = time.perf_counter()
+        class_outputs, box_outputs = forward(images)  # Eager calls return when computed.
+        middle = time.perf_counter()
+        detections = postprocess(class_outputs, box_outputs, labels["image_scales"])
+        detections = tf.nest.map_structure(lambda t: t.numpy(), detections)
+        end = time.perf_counter()
+        evaluator.add_batch(labels, detections)
+        timing.network += middle - start
+        timing.postprocess += end - middle
+        timing.images += int(images.shape[0])
+        if bar is not None:
+            bar.update(timing.images)
+    start = time.perf_counter()
+    metrics = evaluator.result()
+    timing.scoring = time.perf_counter() - start
+    return metrics, timing
+
+
+def format_metrics(metrics: Dict[str, float]) -> str:
+    """A readable table: the 12 COCO metrics, then per-class AP."""
+    from efficientdet_keras.evaluation.coco_evaluator import METRIC_NAMES
+    lines = ["%-10s %7.4f" % (name, metrics[name]) for name in METRIC_NAMES if name in metrics]
+    per_class = sorted((k[4:], v) for k, v in metrics.items() if k.startswith("AP_/"))
+    if per_class:
+        lines.append("per-class AP:")
+        lines.extend("  %-20s %7.4f" % (name, value) for name, value in per_class)
+    return "\n".join(lines)

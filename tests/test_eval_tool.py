@@ -1,0 +1,111 @@
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import REPO_ROOT, tiny_config
+from efficientdet_keras import EfficientDetNet, save_ckpt
+from efficientdet_keras.archive import CheckpointArchive
+from efficientdet_keras.checkpoint import variable_name
+from efficientdet_keras.data.synthetic import write_synthetic_dataset
+
+EVAL_TOOL = os.path.join(REPO_ROOT, "tools", "eval.py")
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A model dir with config.yaml and two checkpoints (ckpt-2 has EMA values), plus data."""
+    root = tmp_path_factory.mktemp("eval_tool")
+    data = write_synthetic_dataset(str(root / "data"), num_train=1, num_val=6, image_size=96, seed=3)
+    config = tiny_config(num_classes=4, fpn_num_filters=16, fpn_cell_repeats=1,
+                         box_class_repeats=1, num_epochs=2, label_map=data.label_map)
+    model_dir = root / "model"
+    model_dir.mkdir()
+    config.save_yaml(str(model_dir))
+    model = EfficientDetNet(config=config)
+    model.build_variables()
+    save_ckpt(model, str(model_dir / "ckpt-1"))
+    ema = {variable_name(v): v.numpy() for v in model.variables}
+    ema["class_net/class-predict/bias"] = ema["class_net/class-predict/bias"] + 3.0  # Other scores.
+    save_ckpt(model, str(model_dir / "ckpt-2"), ema_values=ema)
+    return model_dir, data
+
+
+def run_tool(*args):
+    return subprocess.run([sys.executable, EVAL_TOOL, *args, "--progress=false"],
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_single_evaluation_prints_metrics_and_writes_detections(run_dir, tmp_path):
+    model_dir, data = run_dir
+    results_json = tmp_path / "detections.json"
+    result = run_tool("--model_dir=%s" % model_dir, "--val_file_pattern=%s" % data.val_tfrecord,
+                      "--val_json_file=%s" % data.val_json, "--nms_max_output_size=7",
+                      "--results_json=%s" % results_json, "--batch_size=4")
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    header = [l for l in lines if "ckpt-2" in l and "6 images" in l]
+    assert header, result.stdout
+    assert [l.split()[0] for l in lines if l.split() and l.split()[0].startswith(("AP", "AR"))] == [
+        "AP", "AP50", "AP75", "APs", "APm", "APl", "ARmax1", "ARmax10", "ARmax100", "ARs", "ARm",
+        "ARl"]
+    assert "per-class AP:" in result.stdout and "triangle" in result.stdout
+    assert "EMA weights" in result.stderr
+    detections = json.load(open(results_json))
+    val_ids = {im["id"] for im in json.load(open(data.val_json))["images"]}
+    per_image = {}
+    for d in detections:
+        per_image[d["image_id"]] = per_image.get(d["image_id"], 0) + 1
+    assert set(per_image) <= val_ids and max(per_image.values()) <= 7
+
+
+def test_continuous_mode_evaluates_each_checkpoint_once_and_archives(run_dir):
+    model_dir, data = run_dir
+    result = run_tool("--model_dir=%s" % model_dir, "--val_file_pattern=%s" % data.val_tfrecord,
+                      "--continuous", "--archive_keep=1", "--eval_timeout=60")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Final epoch 2 evaluated" in result.stdout
+    metrics = json.load(open(model_dir / "eval" / "metrics.json"))
+    assert sorted(metrics) == ["ckpt-1", "ckpt-2"] and metrics["ckpt-2"]["epoch"] == 2
+    assert any(name.startswith("events.out.tfevents") for name in os.listdir(model_dir / "eval"))
+    archive = CheckpointArchive(str(model_dir / "archive"), keep=1)
+    entries = archive.entries()
+    assert len(entries) == 1
+    best = max(metrics.values(), key=lambda m: m["AP"])
+    assert entries[0]["AP"] == pytest.approx(best["AP"])
+    assert os.path.exists(archive.best()["path"] + ".index")
+    # Run again: nothing new to evaluate, it stops at once.
+    again = run_tool("--model_dir=%s" % model_dir, "--val_file_pattern=%s" % data.val_tfrecord,
+                     "--continuous")
+    assert again.returncode == 0 and "ckpt-1:" not in again.stdout
+
+
+def test_bad_flags_are_one_line_errors(tmp_path):
+    result = run_tool("--model_dir=%s" % (tmp_path / "missing"), "--val_file_pattern=x")
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("efficientdet-eval: --model_dir")
+    result = run_tool("--ckpt=%s" % tmp_path, "--val_file_pattern=%s" % (tmp_path / "none-*"))
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "none-*" in result.stderr.strip().splitlines()[-1]
+
+
+def test_archive_keeps_the_best_and_survives_reloads(tmp_path):
+    config = tiny_config(fpn_num_filters=16, fpn_cell_repeats=1, box_class_repeats=1)
+    model = EfficientDetNet(config=config)
+    model.build_variables()
+    archive = CheckpointArchive(str(tmp_path / "archive"), keep=2, monitor="val_AP")
+    for epoch, ap in [(1, 0.2), (2, 0.5), (3, 0.1), (4, 0.4)]:
+        prefix = save_ckpt(model, str(tmp_path / ("ckpt-%d" % epoch)))
+        kept = archive.consider(prefix, epoch, {"val_AP": ap, "val_AP50": ap * 2})
+        assert kept == (epoch != 3)
+    reloaded = CheckpointArchive(str(tmp_path / "archive"), keep=2, monitor="val_AP")
+    assert [e["epoch"] for e in reloaded.entries()] == [2, 4]
+    assert sorted(os.listdir(tmp_path / "archive")) == [
+        "archive.json", "ckpt-2.data-00000-of-00001", "ckpt-2.index",
+        "ckpt-4.data-00000-of-00001", "ckpt-4.index"]
+    assert reloaded.best()["metrics"]["val_AP50"] == pytest.approx(1.0)
+    with pytest.raises(KeyError, match="val_AP"):
+        archive.consider(prefix, 5, {"AP": 1.0})
