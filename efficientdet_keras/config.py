@@ -16,6 +16,8 @@ import yaml
 # Keys whose values are always stored as tuples; YAML has no tuples, so they
 # are normalised again on load, which keeps save/load round trips exact.
 _TUPLE_KEYS = ("image_size",)
+# Keys holding free-form mappings (class id -> name): plain dicts, not nested Configs.
+_PLAIN_DICT_KEYS = ("label_map",)
 # Boolean keys that also take a string (mixed_precision: "float16" or "bfloat16").
 _BOOL_OR_STRING_KEYS = ("mixed_precision",)
 
@@ -48,7 +50,9 @@ class Config:
         return self._values[key]
 
     def __setitem__(self, key: str, value: Any) -> None:
-        if isinstance(value, Mapping) and not isinstance(value, Config):
+        if key in _PLAIN_DICT_KEYS and isinstance(value, Mapping):
+            value = {_int_or_str(k): v for k, v in value.items()}
+        elif isinstance(value, Mapping) and not isinstance(value, Config):
             value = Config(value)
         self._values[key] = _normalise_value(key, value)
 
@@ -144,7 +148,11 @@ class Config:
                 self[key] = value
                 continue
             current = self._values[key]
-            if isinstance(current, Config) and isinstance(value, Mapping):
+            if key in _PLAIN_DICT_KEYS and isinstance(value, Mapping):
+                merged = dict(current or {})
+                merged.update(value)
+                self[key] = merged
+            elif isinstance(current, Config) and isinstance(value, Mapping):
                 current._update(value, allow_new_keys, full_key + ".")
             else:
                 self[key] = _coerce_like(current, value, full_key)
@@ -169,6 +177,14 @@ class Config:
         if os.path.isdir(path):
             path = os.path.join(path, "config.yaml")
         return cls(_read_yaml(path))
+
+
+def _int_or_str(key):
+    """Label-map keys are class ids; "1" from an override string becomes 1."""
+    try:
+        return int(key)
+    except (TypeError, ValueError):
+        return key
 
 
 def _unknown_key_message(key: str, known, prefix: str = "") -> str:
@@ -357,7 +373,8 @@ def default_config() -> Config:
         poly_lr_power=0.9,
         clip_gradients_norm=10.0,
         num_epochs=300,
-        batch_size=64,
+        batch_size=64,  # Global batch.
+        steps_per_epoch=None,  # Set by the train CLI from num_examples_per_epoch / batch_size.
         moving_average_decay=0.9998,
         var_freeze_expr=None,
         var_exclude_expr=r".*/class-predict/.*",  # Skipped when fine-tuning from a checkpoint.

@@ -175,3 +175,12 @@ def test_parameter_counts_match_the_paper(name):
     model.build_variables()
     trainable = sum(v.shape.num_elements() for v in model.trainable_variables)
     assert trainable / 1e6 == pytest.approx(PUBLISHED_PARAMS[name], rel=0.01)
+
+
+@pytest.mark.parametrize("source,target", [((2, 3), (3, 5)), ((4, 4), (8, 7)), ((1, 1), (2, 1))])
+def test_upsampling_equals_the_released_resize(source, target):
+    from efficientdet_keras.model.bifpn import upsample_nearest
+    x = tf.random.uniform([2, *source, 3])
+    reference = tf.raw_ops.ResizeNearestNeighbor(images=x, size=target, align_corners=False,
+                                                 half_pixel_centers=False)
+    np.testing.assert_array_equal(upsample_nearest(x, 2, *target), reference)

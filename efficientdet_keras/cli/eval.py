@@ -17,9 +17,7 @@ checkpoint has them.
 
 import json
 import os
-import re
 import sys
-import time
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
@@ -52,9 +50,6 @@ flags.DEFINE_integer("eval_timeout", 0, "Continuous: stop after this many second
                      "checkpoint (0: wait until the final epoch's checkpoint).")
 flags.DEFINE_integer("archive_keep", 3, "Continuous: how many best checkpoints to archive.")
 flags.DEFINE_bool("progress", True, "Show a progress bar.")
-
-_CKPT_NAME = re.compile(r"^ckpt-(\d+)$")
-
 
 def check_flags():
     """The first problem with the flags, or None. Runs before TensorFlow does any work."""
@@ -90,56 +85,16 @@ def load_config():
     return config
 
 
-class Evaluation:
-    """The model, data and evaluator, built once and reused for every checkpoint."""
+def build_evaluation(config):
+    from efficientdet_keras.data.pipeline import make_source
+    from efficientdet_keras.evaluation.continuous import CheckpointEvaluation
 
-    def __init__(self, config):
-        from efficientdet_keras import EfficientDetNet
-        from efficientdet_keras.data.pipeline import InputPipeline, make_source
-        from efficientdet_keras.evaluation import COCOEvaluator
-        from efficientdet_keras.evaluation.runner import make_detect_fns
-
-        self.config = config
-        source = make_source(FLAGS.val_file_pattern,
-                             None if FLAGS.val_file_pattern else FLAGS.val_json_file,
-                             FLAGS.image_dir)
-        self.pipeline = InputPipeline(config, source, is_training=False,
-                                      batch_size=FLAGS.batch_size)
-        label_map = config.label_map if isinstance(config.label_map, dict) else None
-        self.evaluator = COCOEvaluator(FLAGS.val_json_file or None, label_map=label_map,
-                                       backend=FLAGS.backend)
-        self.model = EfficientDetNet(config=config)
-        self.detect_fns = make_detect_fns(self.model, config)
-
-    def run(self, checkpoint: str):
-        from efficientdet_keras import restore_ckpt
-        from efficientdet_keras.evaluation.runner import evaluate_dataset
-
-        report = restore_ckpt(self.model, checkpoint, use_ema=FLAGS.use_ema, skip_mismatch=False)
-        logging.info("Evaluating %s (%s weights)", report.path,
-                     "EMA" if report.loaded_from_ema else "plain")
-        metrics, timing = evaluate_dataset(
-            self.model, self.pipeline(), self.config, self.evaluator,
-            max_images=FLAGS.eval_samples or None, progress=FLAGS.progress,
-            detect_fns=self.detect_fns)
-        health = self.pipeline.health.summary()
-        if any(health.values()):
-            logging.warning("Data problems: %s", health)
-        return report.path, metrics, timing
-
-
-def checkpoint_epoch(prefix: str):
-    match = _CKPT_NAME.match(os.path.basename(prefix))
-    return int(match.group(1)) if match else None
-
-
-def list_checkpoints(model_dir: str):
-    """Checkpoint prefixes named ckpt-<epoch> in model_dir, oldest first."""
-    found = []
-    for name in os.listdir(model_dir):
-        if name.endswith(".index") and checkpoint_epoch(name[:-len(".index")]) is not None:
-            found.append(os.path.join(model_dir, name[:-len(".index")]))
-    return sorted(found, key=checkpoint_epoch)
+    source = make_source(FLAGS.val_file_pattern,
+                         None if FLAGS.val_file_pattern else FLAGS.val_json_file, FLAGS.image_dir)
+    return CheckpointEvaluation(config, source, FLAGS.val_json_file or None,
+                                batch_size=FLAGS.batch_size, max_images=FLAGS.eval_samples or None,
+                                backend=FLAGS.backend, use_ema=FLAGS.use_ema,
+                                progress=FLAGS.progress)
 
 
 def print_metrics(path, metrics, timing):
@@ -166,46 +121,13 @@ def evaluate_once(evaluation):
 
 
 def evaluate_continuously(evaluation):
-    """Evaluates each new ckpt-<epoch> once, until the final epoch's checkpoint."""
-    import tensorflow as tf
-
-    from efficientdet_keras.archive import CheckpointArchive
-
-    eval_dir = os.path.join(FLAGS.model_dir, "eval")
-    os.makedirs(eval_dir, exist_ok=True)
-    results_path = os.path.join(eval_dir, "metrics.json")
-    results = {}
-    if os.path.exists(results_path):  # A restarted evaluator skips what it already did.
-        with open(results_path) as f:
-            results = json.load(f)
-    archive = CheckpointArchive(os.path.join(FLAGS.model_dir, "archive"), keep=FLAGS.archive_keep,
-                                monitor="AP")
-    writer = tf.summary.create_file_writer(eval_dir)
-    final_epoch = int(evaluation.config.num_epochs)
-    last_new = time.time()
-    while True:
-        pending = [p for p in list_checkpoints(FLAGS.model_dir) if os.path.basename(p) not in results]
-        for prefix in pending:
-            epoch = checkpoint_epoch(prefix)
-            _, metrics, timing = evaluation.run(prefix)
-            print_metrics(prefix, metrics, timing)
-            with writer.as_default(step=epoch):
-                for name, value in metrics.items():
-                    tf.summary.scalar("coco/" + name, value)
-            writer.flush()
-            archive.consider(prefix, epoch, metrics)
-            results[os.path.basename(prefix)] = dict(metrics, epoch=epoch)
-            write_json_atomically(results_path, results)
-            last_new = time.time()
-        done = [checkpoint_epoch(name) for name in results]
-        if done and max(done) >= final_epoch:
-            best = archive.best()
-            print("Final epoch %d evaluated; best %s with AP %.4f" % (final_epoch, best["path"], best["AP"]))
-            return
-        if FLAGS.eval_timeout and time.time() - last_new > FLAGS.eval_timeout:
-            print("No new checkpoint for %d s; stopping." % FLAGS.eval_timeout)
-            return
-        time.sleep(5)
+    from efficientdet_keras.evaluation.continuous import evaluate_continuously as watch
+    best, finished = watch(evaluation, FLAGS.model_dir, archive_keep=FLAGS.archive_keep,
+                           timeout=FLAGS.eval_timeout or None, on_result=print_metrics)
+    print("Final epoch %d evaluated." % evaluation.config.num_epochs if finished
+          else "Stopped before the final epoch's checkpoint.")
+    if best is not None:
+        print("Best checkpoint: %s (AP %.4f)" % (best["path"], best["AP"]))
 
 
 def main(argv):
@@ -215,7 +137,7 @@ def main(argv):
         sys.exit("%s: %s" % (TOOL, problem))
     try:
         config = load_config()
-        evaluation = Evaluation(config)
+        evaluation = build_evaluation(config)
         if FLAGS.continuous:
             evaluate_continuously(evaluation)
         else:

@@ -44,14 +44,15 @@ def bifpn_nodes(min_level: int, max_level: int) -> List[FusionNode]:
     return nodes
 
 
-def upsample_nearest(x: tf.Tensor, target_height, target_width) -> tf.Tensor:
-    """Nearest-neighbour resize with the pixel convention of the released models.
+def upsample_nearest(x: tf.Tensor, factor: int, target_height, target_width) -> tf.Tensor:
+    """Nearest-neighbour upsampling by an integer factor, cropped to the target size.
 
-    (No half-pixel centres; equal to tf.image.resize for exact 2x factors.)
+    For one pyramid level (factor 2, target = source * 2 or one less) this equals
+    the released models' resize (no half-pixel centres). Built from tf.repeat, so
+    its gradient also compiles with XLA.
     """
-    return tf.raw_ops.ResizeNearestNeighbor(
-        images=x, size=tf.stack([target_height, target_width]),
-        align_corners=False, half_pixel_centers=False)
+    x = tf.repeat(tf.repeat(x, factor, axis=1), factor, axis=2)
+    return x[:, :target_height, :target_width, :]
 
 
 class ResampleFeatureMap(keras.layers.Layer):
@@ -97,7 +98,8 @@ class ResampleFeatureMap(keras.layers.Layer):
         x = self._adapt_channels(x, training)
         if self.source_level > self.target_level:
             target_shape = tf.shape(target_like)
-            x = upsample_nearest(x, target_shape[1], target_shape[2])
+            factor = 2 ** (self.source_level - self.target_level)
+            x = upsample_nearest(x, factor, target_shape[1], target_shape[2])
         return x
 
 

@@ -1,0 +1,134 @@
+"""Evaluating checkpoints: one, or every new one of a training run (continuous mode).
+
+`CheckpointEvaluation` builds the model, data and evaluator once and scores any
+checkpoint; `evaluate_continuously` watches a model dir for ckpt-<epoch>
+checkpoints, scores each once (with EMA weights when present), writes the
+metrics to TensorBoard and eval/metrics.json, keeps the best in the archive,
+and stops after the final epoch's checkpoint. Both `efficientdet-eval` and
+`efficientdet-train --mode=eval` use it.
+"""
+
+import json
+import os
+import re
+import time
+from typing import Callable, Dict, List, Optional
+
+import tensorflow as tf
+from absl import logging
+
+from efficientdet_keras.archive import CheckpointArchive
+from efficientdet_keras.checkpoint import restore_ckpt
+from efficientdet_keras.data.pipeline import InputPipeline
+from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
+from efficientdet_keras.evaluation.runner import (EvaluationTiming, evaluate_dataset,
+                                                  make_detect_fns)
+from efficientdet_keras.model import EfficientDetNet
+
+_CKPT_NAME = re.compile(r"^ckpt-(\d+)$")
+
+
+def checkpoint_epoch(prefix: str) -> Optional[int]:
+    """The epoch of a checkpoint named ckpt-<epoch>, else None."""
+    match = _CKPT_NAME.match(os.path.basename(prefix))
+    return int(match.group(1)) if match else None
+
+
+def list_checkpoints(model_dir: str) -> List[str]:
+    """Complete ckpt-<epoch> checkpoint prefixes in model_dir, oldest first."""
+    found = []
+    for name in os.listdir(model_dir):
+        if name.endswith(".index") and checkpoint_epoch(name[:-len(".index")]) is not None:
+            found.append(os.path.join(model_dir, name[:-len(".index")]))
+    return sorted(found, key=checkpoint_epoch)
+
+
+class CheckpointEvaluation:
+    """A model, an evaluation pipeline and an evaluator, reused for every checkpoint.
+
+    Args:
+      config: the model config (image size, classes, NMS settings).
+      source: a data source (TFRecordSource, CocoSource, ...).
+      annotation_file: COCO ground-truth JSON; None takes ground truth from the data.
+      batch_size, max_images, backend, use_ema, progress: evaluation settings.
+    """
+
+    def __init__(self, config, source, annotation_file: Optional[str] = None,
+                 batch_size: int = 8, max_images: Optional[int] = None, backend: str = "auto",
+                 use_ema: bool = True, progress: bool = True):
+        self.config = config
+        self.pipeline = InputPipeline(config, source, is_training=False, batch_size=batch_size)
+        label_map = config.label_map if isinstance(config.label_map, dict) else None
+        self.evaluator = COCOEvaluator(annotation_file, label_map=label_map, backend=backend)
+        self.model = EfficientDetNet(config=config)
+        self.detect_fns = make_detect_fns(self.model, config)
+        self.max_images, self.use_ema, self.progress = max_images, use_ema, progress
+
+    def run(self, checkpoint: str):
+        """Returns (checkpoint prefix, metrics, EvaluationTiming)."""
+        report = restore_ckpt(self.model, checkpoint, use_ema=self.use_ema, skip_mismatch=False)
+        logging.info("Evaluating %s (%s weights)", report.path,
+                     "EMA" if report.loaded_from_ema else "plain")
+        metrics, timing = evaluate_dataset(self.model, self.pipeline(), self.config,
+                                           self.evaluator, max_images=self.max_images,
+                                           progress=self.progress, detect_fns=self.detect_fns)
+        health = self.pipeline.health.summary()
+        if any(health.values()):
+            logging.warning("Data problems: %s", health)
+        return report.path, metrics, timing
+
+
+def _write_json_atomically(path: str, data) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)
+
+
+def evaluate_continuously(evaluation: CheckpointEvaluation, model_dir: str,
+                          archive_keep: int = 3, timeout: Optional[float] = None,
+                          poll_seconds: float = 5.0,
+                          on_result: Optional[Callable[[str, Dict, EvaluationTiming], None]] = None):
+    """Evaluates each new ckpt-<epoch> in model_dir once, until the final epoch's.
+
+    Results go to model_dir/eval (TensorBoard scalars coco/<metric> and
+    metrics.json, which a restarted evaluator reads to skip finished work) and
+    the best `archive_keep` checkpoints by AP to model_dir/archive.
+
+    Returns:
+      (best archive entry with "path" or None, whether the final epoch was evaluated).
+    """
+    eval_dir = os.path.join(model_dir, "eval")
+    os.makedirs(eval_dir, exist_ok=True)
+    results_path = os.path.join(eval_dir, "metrics.json")
+    results = {}
+    if os.path.exists(results_path):
+        with open(results_path) as f:
+            results = json.load(f)
+    archive = CheckpointArchive(os.path.join(model_dir, "archive"), keep=archive_keep, monitor="AP")
+    writer = tf.summary.create_file_writer(eval_dir)
+    final_epoch = int(evaluation.config.num_epochs)
+    last_new = time.time()
+    while True:
+        for prefix in list_checkpoints(model_dir):
+            if os.path.basename(prefix) in results:
+                continue
+            epoch = checkpoint_epoch(prefix)
+            _, metrics, timing = evaluation.run(prefix)
+            if on_result is not None:
+                on_result(prefix, metrics, timing)
+            with writer.as_default(step=epoch):
+                for name, value in metrics.items():
+                    tf.summary.scalar("coco/" + name, value)
+            writer.flush()
+            archive.consider(prefix, epoch, metrics)
+            results[os.path.basename(prefix)] = dict(metrics, epoch=epoch)
+            _write_json_atomically(results_path, results)
+            last_new = time.time()
+        finished = [value["epoch"] for value in results.values()]
+        if finished and max(finished) >= final_epoch:
+            return archive.best(), True
+        if timeout and time.time() - last_new > timeout:
+            logging.info("No new checkpoint in %s for %d s; stopping.", model_dir, timeout)
+            return archive.best(), False
+        time.sleep(poll_seconds)

@@ -1,0 +1,1 @@
+"""Training: EfficientDetNetTrain, optimizers and schedules, EMA, callbacks, run setup."""

@@ -1,0 +1,231 @@
+"""Keras callbacks for EfficientDet training, and `get_callbacks` to wire them.
+
+- COCOCallback: COCO evaluation with the EMA weights every map_freq epochs (and
+  at the last), written into Keras `logs` as val_AP, val_AP50, ... so that
+  ModelCheckpoint, EarlyStopping, ReduceLROnPlateau and TensorBoard see them,
+  plus a JSON file with per-class AP.
+- CheckpointCallback: a name-based checkpoint (raw and EMA weights, the
+  released layout) at every epoch end, and the best-k archive by a metric.
+- DisplayCallback: the current detections drawn on a few validation images,
+  to TensorBoard and PNG files.
+"""
+
+import contextlib
+import json
+import os
+from typing import Dict, Optional
+
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+from absl import logging
+
+from efficientdet_keras.archive import CheckpointArchive
+from efficientdet_keras.checkpoint import save_ckpt
+from efficientdet_keras.evaluation.coco_evaluator import METRIC_NAMES, COCOEvaluator
+from efficientdet_keras.evaluation.runner import evaluate_dataset, make_detect_fns
+from efficientdet_keras.postprocess import postprocess_detections
+
+
+def ema_weights(model):
+    """A context in which the model holds its EMA weights (if it keeps any)."""
+    ema = getattr(model, "ema", None)
+    return contextlib.nullcontext() if ema is None else ema.swapped_in()
+
+
+def _write_json_atomically(path: str, data) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)
+
+
+class COCOCallback(keras.callbacks.Callback):
+    """Evaluates COCO AP with the EMA weights and puts the metrics into `logs`.
+
+    Args:
+      config: the model config (post-processing settings, label map).
+      val_dataset: an evaluation InputPipeline dataset.
+      evaluator: a COCOEvaluator; by default one with ground truth from the batches.
+      model_dir: where coco_metrics.json (all evaluations, with per-class AP) goes.
+      map_freq: evaluate every this many epochs (default config.map_freq); the last
+        epoch is always evaluated.
+      max_images: evaluate at most this many images.
+    """
+
+    def __init__(self, config, val_dataset, evaluator: Optional[COCOEvaluator] = None,
+                 model_dir: Optional[str] = None, map_freq: Optional[int] = None,
+                 max_images: Optional[int] = None):
+        super().__init__()
+        self.config = config
+        self.val_dataset = val_dataset
+        label_map = config.label_map if isinstance(config.label_map, dict) else None
+        self.evaluator = evaluator or COCOEvaluator(label_map=label_map)
+        self.model_dir = model_dir
+        self.map_freq = int(map_freq or config.map_freq or 1)
+        self.max_images = max_images
+        self._detect_fns = None
+        self.history: Dict[int, Dict[str, float]] = {}
+
+    def _due(self, epoch: int) -> bool:
+        last = self.params.get("epochs") if self.params else None
+        return (epoch + 1) % self.map_freq == 0 or (last is not None and epoch + 1 == last)
+
+    def evaluate(self) -> Dict[str, float]:
+        """Scores the model (EMA weights) on the validation data now."""
+        if self._detect_fns is None:
+            self._detect_fns = make_detect_fns(self.model, self.config)
+        with ema_weights(self.model):
+            metrics, timing = evaluate_dataset(
+                self.model, self.val_dataset, self.config, self.evaluator,
+                max_images=self.max_images, progress=False, detect_fns=self._detect_fns)
+        logging.info("COCO on %d images: AP %.4f, AP50 %.4f (network %.1fs, NMS %.1fs, scoring "
+                     "%.1fs)", timing.images, metrics["AP"], metrics["AP50"], timing.network,
+                     timing.postprocess, timing.scoring)
+        return metrics
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not self._due(epoch):
+            return
+        metrics = self.evaluate()
+        if logs is not None:
+            for name, value in metrics.items():
+                logs["val_" + name] = value
+        self.history[epoch + 1] = metrics
+        if self.model_dir:
+            _write_json_atomically(os.path.join(self.model_dir, "coco_metrics.json"),
+                                   {str(k): v for k, v in self.history.items()})
+
+
+class CheckpointCallback(keras.callbacks.Callback):
+    """Writes model_dir/ckpt-<epoch> (raw + EMA, released layout) and archives the best.
+
+    Args:
+      model_dir: the run directory.
+      keep: how many of the latest regular checkpoints to keep.
+      monitor: the logs key that ranks archived checkpoints (default val_AP); epochs
+        without it (no evaluation) are not archived.
+      archive_keep: size of the best-k archive in model_dir/archive.
+    """
+
+    def __init__(self, model_dir: str, keep: int = 3, monitor: str = "val_AP",
+                 archive_keep: int = 3, mode: str = "max"):
+        super().__init__()
+        self.model_dir = model_dir
+        self.keep = keep
+        self.monitor = monitor
+        self.archive = CheckpointArchive(os.path.join(model_dir, "archive"), keep=archive_keep,
+                                         monitor=monitor, mode=mode)
+
+    def on_epoch_end(self, epoch, logs=None):
+        ema = getattr(self.model, "ema", None)
+        prefix = save_ckpt(self.model, os.path.join(self.model_dir, "ckpt-%d" % (epoch + 1)),
+                           ema_values=ema.values_by_name() if ema is not None else None)
+        self._remove_old_checkpoints()
+        if logs and self.monitor in logs:
+            self.archive.consider(prefix, epoch + 1, {k: float(v) for k, v in logs.items()
+                                                      if np.ndim(v) == 0})
+
+    def _remove_old_checkpoints(self) -> None:
+        from efficientdet_keras.evaluation.continuous import list_checkpoints  # noqa: E402
+        for prefix in list_checkpoints(self.model_dir)[:-self.keep]:
+            for suffix in (".index", ".data-00000-of-00001"):
+                if os.path.exists(prefix + suffix):
+                    os.remove(prefix + suffix)
+
+
+# One colour per class id (cycled); RGBA in 0..1 for tf.image.draw_bounding_boxes.
+_PALETTE = np.array([[1, 0.2, 0.2, 1], [0.2, 1, 0.2, 1], [0.3, 0.5, 1, 1], [1, 1, 0.2, 1],
+                     [1, 0.3, 1, 1], [0.2, 1, 1, 1], [1, 0.6, 0.2, 1], [1, 1, 1, 1]], np.float32)
+
+
+def draw_detections(images: np.ndarray, boxes: np.ndarray, scores: np.ndarray,
+                    classes: np.ndarray, score_threshold: float = 0.3) -> np.ndarray:
+    """Draws boxes (input pixels, [ymin, xmin, ymax, xmax]) above a score, coloured by class.
+
+    Args:
+      images: uint8 [B, H, W, 3].
+    Returns:
+      uint8 [B, H, W, 3].
+    """
+    height, width = images.shape[1:3]
+    out = []
+    for image, image_boxes, image_scores, image_classes in zip(images, boxes, scores, classes):
+        keep = image_scores >= score_threshold
+        drawn = tf.cast(image, tf.float32)[tf.newaxis] / 255.0
+        for class_id in np.unique(image_classes[keep]):
+            mask = keep & (image_classes == class_id)
+            normalised = image_boxes[mask] / np.array([height, width, height, width], np.float32)
+            colour = _PALETTE[(int(class_id) - 1) % len(_PALETTE)][np.newaxis]
+            drawn = tf.image.draw_bounding_boxes(drawn, normalised[np.newaxis], colour)
+        out.append(tf.cast(tf.clip_by_value(drawn[0] * 255.0, 0, 255), tf.uint8).numpy())
+    return np.stack(out)
+
+
+class DisplayCallback(keras.callbacks.Callback):
+    """Draws the current detections (EMA weights) on a few validation images.
+
+    Every `every` epochs, writes a TensorBoard image summary ("detections") under
+    model_dir/display and PNG files model_dir/display/epoch-<N>-<i>.png.
+    """
+
+    def __init__(self, config, val_dataset, model_dir: str, num_images: int = 4,
+                 every: int = 1, score_threshold: float = 0.3):
+        super().__init__()
+        self.config = config
+        self.display_dir = os.path.join(model_dir, "display")
+        self.every, self.score_threshold = every, score_threshold
+        images, labels = next(iter(val_dataset))
+        self.images = images[:num_images]
+        mean = np.array(config.mean_rgb, np.float32)
+        stddev = np.array(config.stddev_rgb, np.float32)
+        self.pixels = np.clip(tf.cast(self.images, tf.float32).numpy() * stddev + mean,
+                              0, 255).astype(np.uint8)
+        self._writer = None
+
+    def on_epoch_end(self, epoch, logs=None):
+        if (epoch + 1) % self.every:
+            return
+        with ema_weights(self.model):
+            class_outputs, box_outputs = self.model(self.images, training=False)
+        detections = postprocess_detections(self.config, class_outputs, box_outputs)
+        drawn = draw_detections(self.pixels, detections.boxes.numpy(), detections.scores.numpy(),
+                                detections.classes.numpy(), self.score_threshold)
+        os.makedirs(self.display_dir, exist_ok=True)
+        for i, image in enumerate(drawn):
+            path = os.path.join(self.display_dir, "epoch-%03d-%d.png" % (epoch + 1, i))
+            tf.io.write_file(path, tf.io.encode_png(image))
+        if self._writer is None:
+            self._writer = tf.summary.create_file_writer(self.display_dir)
+        with self._writer.as_default(step=epoch + 1):
+            tf.summary.image("detections", drawn, max_outputs=len(drawn))
+        self._writer.flush()
+
+
+def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
+                  eval_samples: Optional[int] = None, display_images: int = 4,
+                  archive_keep: int = 3, profile_batch=0):
+    """The standard callback list for a training run in model_dir.
+
+    Order matters: COCO evaluation first, so the checkpoint archive, TensorBoard
+    and any user callback after them see val_AP in `logs`. BackupAndRestore in
+    model_dir/backup makes an interrupted run resume at the epoch it reached,
+    with optimizer state and EMA.
+    """
+    callbacks = []
+    if val_dataset is not None:
+        callbacks.append(COCOCallback(config, val_dataset, evaluator, model_dir,
+                                      max_images=eval_samples))
+    callbacks.append(CheckpointCallback(model_dir, archive_keep=archive_keep))
+    if val_dataset is not None and display_images:
+        callbacks.append(DisplayCallback(config, val_dataset, model_dir, display_images))
+    callbacks += [
+        keras.callbacks.TensorBoard(log_dir=model_dir, profile_batch=profile_batch),
+        keras.callbacks.TerminateOnNaN(),
+        keras.callbacks.BackupAndRestore(os.path.join(model_dir, "backup")),
+    ]
+    return callbacks
+
+
+__all__ = ["COCOCallback", "CheckpointCallback", "DisplayCallback", "METRIC_NAMES",
+           "draw_detections", "get_callbacks"]

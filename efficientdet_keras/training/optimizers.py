@@ -1,0 +1,216 @@
+"""Optimizers and learning-rate schedules for training EfficientDet.
+
+The recipe follows the original EfficientDet training:
+
+* Linear scaling rule. `config.learning_rate` and `config.lr_warmup_init` are
+  tuned for a global batch of 64 (`DEFAULT_BATCH_SIZE`). A different global
+  batch multiplies both by `batch_size / 64`, so the step size per example
+  stays about the same.
+* Warmup. For the first `lr_warmup_epoch` epochs the rate grows linearly from
+  the warmup rate to the peak rate; large rates on a freshly initialised
+  detector otherwise tend to diverge.
+* Decay. After warmup, `lr_decay_method` decides the rest: "cosine" (half a
+  cosine from the peak down to 0 at the last step), "stepwise" (x0.1 at
+  `first_lr_drop_epoch`, x0.01 at `second_lr_drop_epoch`), "polynomial"
+  (`(1 - progress) ** poly_lr_power`) or "constant".
+
+Schedules take the optimizer's step counter (often an int64 tensor), compute in
+float32, run inside `tf.function`, and serialise to plain numbers, so an
+optimizer saved with a model can be rebuilt exactly.
+
+Gradient clipping is not configured here: the trainer clips by global norm
+itself, before `apply_gradients`.
+"""
+
+import math
+from typing import Tuple
+
+import tensorflow as tf
+import tf_keras as keras
+
+from efficientdet_keras.precision import policy_name
+
+DEFAULT_BATCH_SIZE = 64
+
+LR_DECAY_METHODS = ("cosine", "stepwise", "polynomial", "constant")
+OPTIMIZERS = ("sgd", "adam", "rmsprop")
+
+_SERIALIZABLE_PACKAGE = "efficientdet_keras"
+
+
+def scaled_learning_rates(config) -> Tuple[float, float]:
+    """Returns (peak_lr, warmup_init_lr) scaled linearly to the global batch.
+
+    `config.batch_size` is the global batch (all replicas together); the
+    configured rates are for a batch of `DEFAULT_BATCH_SIZE`.
+    """
+    scale = config.batch_size / DEFAULT_BATCH_SIZE
+    return config.learning_rate * scale, config.lr_warmup_init * scale
+
+
+class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Base class: linear warmup, then the decay a subclass gives in `_after_warmup`.
+
+    During steps [0, warmup_steps) the rate goes linearly from `warmup_init_lr`
+    to `peak_lr`; from `warmup_steps` on it is `_after_warmup(step)`, which
+    starts at `peak_lr`. `warmup_steps == 0` means no warmup at all.
+    """
+
+    def __init__(self, peak_lr: float, warmup_init_lr: float, warmup_steps: int,
+                 total_steps: int, name: str = None):
+        super().__init__()
+        self.peak_lr = float(peak_lr)
+        self.warmup_init_lr = float(warmup_init_lr)
+        self.warmup_steps = int(warmup_steps)
+        self.total_steps = int(total_steps)
+        self.name = name or type(self).__name__
+
+    def __call__(self, step):
+        with tf.name_scope(self.name):
+            step = tf.cast(step, tf.float32)
+            # max(.., 1) keeps the division finite when there is no warmup; the
+            # warmup branch is then never selected anyway.
+            warmup_fraction = step / float(max(self.warmup_steps, 1))
+            warmup_lr = self.warmup_init_lr + (self.peak_lr - self.warmup_init_lr) * warmup_fraction
+            # tf.where, not a Python `if`: `step` is a tensor inside tf.function.
+            return tf.where(step < float(self.warmup_steps), warmup_lr, self._after_warmup(step))
+
+    def _after_warmup(self, step: tf.Tensor) -> tf.Tensor:
+        raise NotImplementedError
+
+    def _decay_progress(self, step: tf.Tensor) -> tf.Tensor:
+        """Fraction of the decay done, 0 at warmup_steps, 1 at total_steps and after.
+
+        When total_steps <= warmup_steps there is no room to decay: the decay
+        counts as finished, so the rate after warmup is the decay's final value
+        (0 for cosine and polynomial). Training stops at total_steps, so these
+        values are never used in a real run; they are only finite and defined.
+        """
+        decay_steps = self.total_steps - self.warmup_steps
+        if decay_steps <= 0:  # Python ints, fixed at construction.
+            return tf.ones_like(step)
+        progress = (step - float(self.warmup_steps)) / float(decay_steps)
+        return tf.clip_by_value(progress, 0.0, 1.0)
+
+    def get_config(self):
+        return dict(peak_lr=self.peak_lr, warmup_init_lr=self.warmup_init_lr,
+                    warmup_steps=self.warmup_steps, total_steps=self.total_steps,
+                    name=self.name)
+
+
+@keras.saving.register_keras_serializable(package=_SERIALIZABLE_PACKAGE)
+class CosineDecaySchedule(WarmupSchedule):
+    """Warmup, then `0.5 * peak * (1 + cos(pi * progress))`: peak to 0 at total_steps, 0 after."""
+
+    def _after_warmup(self, step):
+        return 0.5 * self.peak_lr * (1.0 + tf.cos(math.pi * self._decay_progress(step)))
+
+
+@keras.saving.register_keras_serializable(package=_SERIALIZABLE_PACKAGE)
+class StepwiseSchedule(WarmupSchedule):
+    """Warmup, then peak; x0.1 from first_drop_step, x0.01 from second_drop_step.
+
+    total_steps is kept for symmetry with the other schedules and not used.
+    """
+
+    def __init__(self, peak_lr: float, warmup_init_lr: float, warmup_steps: int,
+                 total_steps: int, first_drop_step: int, second_drop_step: int,
+                 name: str = None):
+        super().__init__(peak_lr, warmup_init_lr, warmup_steps, total_steps, name)
+        self.first_drop_step = int(first_drop_step)
+        self.second_drop_step = int(second_drop_step)
+
+    def _after_warmup(self, step):
+        factor = tf.where(step >= float(self.second_drop_step), 0.01,
+                          tf.where(step >= float(self.first_drop_step), 0.1, 1.0))
+        return self.peak_lr * factor
+
+    def get_config(self):
+        return dict(super().get_config(), first_drop_step=self.first_drop_step,
+                    second_drop_step=self.second_drop_step)
+
+
+@keras.saving.register_keras_serializable(package=_SERIALIZABLE_PACKAGE)
+class PolynomialSchedule(WarmupSchedule):
+    """Warmup, then `peak * (1 - progress) ** power`: 0 at total_steps and after."""
+
+    def __init__(self, peak_lr: float, warmup_init_lr: float, warmup_steps: int,
+                 total_steps: int, power: float, name: str = None):
+        super().__init__(peak_lr, warmup_init_lr, warmup_steps, total_steps, name)
+        self.power = float(power)
+
+    def _after_warmup(self, step):
+        return self.peak_lr * tf.pow(1.0 - self._decay_progress(step), self.power)
+
+    def get_config(self):
+        return dict(super().get_config(), power=self.power)
+
+
+@keras.saving.register_keras_serializable(package=_SERIALIZABLE_PACKAGE)
+class ConstantSchedule(WarmupSchedule):
+    """Warmup, then the peak rate for ever."""
+
+    def _after_warmup(self, step):
+        return tf.fill(tf.shape(step), self.peak_lr)
+
+
+def learning_rate_schedule(config, steps_per_epoch: int) -> WarmupSchedule:
+    """Builds the schedule named by `config.lr_decay_method`.
+
+    Epoch-valued keys (lr_warmup_epoch, first/second_lr_drop_epoch, num_epochs)
+    become steps as `int(epochs * steps_per_epoch)`; rates come from
+    `scaled_learning_rates(config)`.
+
+    Raises:
+      ValueError: steps_per_epoch < 1, or an unknown lr_decay_method.
+    """
+    if steps_per_epoch < 1:
+        raise ValueError("steps_per_epoch must be at least 1, got %r" % (steps_per_epoch,))
+    peak_lr, warmup_init_lr = scaled_learning_rates(config)
+
+    def to_steps(epochs):
+        return int(epochs * steps_per_epoch)
+
+    common = dict(peak_lr=peak_lr, warmup_init_lr=warmup_init_lr,
+                  warmup_steps=to_steps(config.lr_warmup_epoch),
+                  total_steps=to_steps(config.num_epochs))
+    method = config.lr_decay_method
+    if method == "cosine":
+        return CosineDecaySchedule(**common)
+    if method == "stepwise":
+        return StepwiseSchedule(first_drop_step=to_steps(config.first_lr_drop_epoch),
+                                second_drop_step=to_steps(config.second_lr_drop_epoch), **common)
+    if method == "polynomial":
+        return PolynomialSchedule(power=config.poly_lr_power, **common)
+    if method == "constant":
+        return ConstantSchedule(**common)
+    raise ValueError("Unknown lr_decay_method %r; choose one of %s"
+                     % (method, ", ".join(LR_DECAY_METHODS)))
+
+
+def get_optimizer(config, steps_per_epoch: int) -> keras.optimizers.Optimizer:
+    """Builds the optimizer named by `config.optimizer`, driven by `learning_rate_schedule`.
+
+    "sgd" is SGD with `config.momentum`, "adam" is Adam with Keras defaults,
+    "rmsprop" is RMSprop with `config.momentum`. Gradient clipping is not set
+    here (the trainer clips by global norm itself). When
+    the precision policy is mixed_float16 the optimizer is wrapped in a
+    `LossScaleOptimizer` with dynamic loss scaling, which float16 gradients
+    need to avoid underflow; bfloat16 has float32's range and needs none.
+
+    Raises:
+      ValueError: an unknown optimizer or lr_decay_method, or steps_per_epoch < 1.
+    """
+    name = config.optimizer
+    if name not in OPTIMIZERS:
+        raise ValueError("Unknown optimizer %r; choose one of %s" % (name, ", ".join(OPTIMIZERS)))
+    schedule = learning_rate_schedule(config, steps_per_epoch)
+    if name == "sgd":
+        optimizer = keras.optimizers.SGD(schedule, momentum=config.momentum)
+    elif name == "adam":
+        optimizer = keras.optimizers.Adam(schedule)
+    else:
+        optimizer = keras.optimizers.RMSprop(schedule, momentum=config.momentum)
+    if policy_name(config.mixed_precision) == "mixed_float16":  # Also True on a GPU.
+        optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
+    return optimizer

@@ -1,0 +1,194 @@
+"""EfficientDetNetTrain: EfficientDetNet with the training and evaluation steps for Model.fit.
+
+    model = EfficientDetNetTrain(config)            # inside strategy.scope() when distributed
+    model.compile(steps_per_epoch=100)              # optimizer, schedule and losses from config
+    model.fit(train_ds, epochs=config.num_epochs, steps_per_epoch=100,
+              validation_data=val_ds, callbacks=get_callbacks(config, model_dir, val_ds))
+
+One step (train_step): forward -> detection loss (focal + box (+ IoU)) ->
++ weight_decay * L2 of the trained conv kernels -> gradients of the trained
+variables -> summed across replicas -> clipped by global norm -> optimizer ->
+EMA update. Under tf.distribute the loss of each replica is normalised by the
+positives of the whole global batch, so N replicas make exactly the update one
+replica makes on the same global batch.
+"""
+
+import re
+from typing import Dict, List, Optional
+
+import tensorflow as tf
+import tf_keras as keras
+
+from efficientdet_keras.checkpoint import variable_name
+from efficientdet_keras.config import Config, get_efficientdet_config
+from efficientdet_keras.losses import DetectionLoss
+from efficientdet_keras.model import EfficientDetNet
+from efficientdet_keras.training.ema import ExponentialMovingAverage
+
+# Weight decay applies to convolution kernels only (not biases, BatchNorm or fusion weights).
+_L2_VARIABLE_PATTERN = re.compile(r".*(kernel|depthwise_kernel|pointwise_kernel)$")
+
+
+class EfficientDetNetTrain(EfficientDetNet):
+    """EfficientDetNet plus `train_step` / `test_step`, frozen variables and EMA.
+
+    Args:
+      config: the model config (or model_name for a family default).
+      Other arguments as EfficientDetNet.
+
+    Logged by fit: loss (det_loss + reg_l2_loss), cls_loss, box_loss, det_loss,
+    reg_l2_loss, iou_loss (when enabled), gradient_norm (before clipping, epoch
+    mean) and learning_rate.
+    """
+
+    def __init__(self, config: Optional[Config] = None, model_name: Optional[str] = None,
+                 **kwargs):
+        if config is None:
+            config = get_efficientdet_config(model_name or "efficientdet-d0")
+        super().__init__(config=config, **kwargs)
+        self.build_variables()  # Names and freezing need the variables.
+        self._freeze_pattern = (re.compile(self.config.var_freeze_expr)
+                                if self.config.var_freeze_expr else None)
+        self._freeze_batch_norms()
+        ema = (ExponentialMovingAverage(self, self.config.moving_average_decay)
+               if self.config.moving_average_decay else None)
+        # The averages belong in checkpoints (BackupAndRestore resumes them) but not
+        # among the model's weights, which must match the released checkpoints.
+        object.__setattr__(self, "ema", ema)
+        if ema is not None:
+            self._track_trackable(ema, name="ema")
+        self.detection_loss = DetectionLoss(self.config)
+        names = ["loss", "det_loss", "cls_loss", "box_loss", "reg_l2_loss", "gradient_norm"]
+        if self.config.iou_loss_type:
+            names.append("iou_loss")
+        # Plain attribute: metric variables must not join the model's weights.
+        object.__setattr__(self, "loss_trackers", [keras.metrics.Mean(name) for name in names])
+
+    # --- what is trained -----------------------------------------------------
+    def is_frozen(self, variable: tf.Variable) -> bool:
+        return bool(self._freeze_pattern and self._freeze_pattern.match(variable_name(variable)))
+
+    def _freeze_batch_norms(self) -> None:
+        """Frozen BatchNorms run in inference mode, so their statistics stay put."""
+        if self._freeze_pattern is None:
+            return
+        for layer in self.submodules:
+            if isinstance(layer, keras.layers.BatchNormalization) and layer.weights and \
+                    self.is_frozen(layer.weights[0]):
+                layer.trainable = False
+
+    @property
+    def variables_to_train(self) -> List[tf.Variable]:
+        return [v for v in self.trainable_variables if not self.is_frozen(v)]
+
+    def l2_loss(self, variables: List[tf.Variable]) -> tf.Tensor:
+        """weight_decay * sum(v^2) / 2 over the conv kernels among `variables` (float32)."""
+        kernels = [v for v in variables if _L2_VARIABLE_PATTERN.match(variable_name(v))]
+        if not kernels or not self.config.weight_decay:
+            return tf.constant(0.0)
+        return self.config.weight_decay * tf.add_n(
+            [tf.nn.l2_loss(tf.cast(v, tf.float32)) for v in kernels])
+
+    # --- compile -------------------------------------------------------------
+    def compile(self, optimizer=None, loss=None, steps_per_epoch: Optional[int] = None,
+                steps_per_execution=None, jit_compile=None, **kwargs):
+        """Builds optimizer, schedule and losses from the config unless given.
+
+        Args:
+          optimizer: overrides `get_optimizer(config, steps_per_epoch)`.
+          loss: overrides the DetectionLoss; called as loss(labels, class_outputs, box_outputs)
+            and returning a dict with at least "det_loss".
+          steps_per_epoch: sets the learning-rate schedule (default config.steps_per_epoch).
+          steps_per_execution, jit_compile: default to the config's values.
+        """
+        if optimizer is None:
+            from efficientdet_keras.training.optimizers import get_optimizer
+            steps = steps_per_epoch or self.config.get("steps_per_epoch")
+            if not steps:
+                raise ValueError("compile() needs steps_per_epoch (or config.steps_per_epoch) to "
+                                 "build the learning-rate schedule")
+            optimizer = get_optimizer(self.config, int(steps))
+        if loss is not None:
+            self.detection_loss = loss
+        super().compile(
+            optimizer=optimizer,
+            steps_per_execution=steps_per_execution or self.config.steps_per_execution,
+            jit_compile=self.config.jit_compile if jit_compile is None else jit_compile, **kwargs)
+
+    # --- metrics ---------------------------------------------------------------
+    def _update_trackers(self, values: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+        """Epoch means of the step values (what the progress bar and History show)."""
+        results = {}
+        for tracker in self.loss_trackers:
+            if tracker.name in values:
+                tracker.update_state(values[tracker.name])
+                results[tracker.name] = tracker.result()
+        return results
+
+    @property
+    def metrics(self):
+        return self.loss_trackers + super().metrics
+
+    # --- the steps ---------------------------------------------------------------
+    def _detection_losses(self, labels, class_outputs, box_outputs):
+        """Detection losses whose sum over replicas is the global-batch loss."""
+        replica = tf.distribute.get_replica_context()
+        positives = tf.reduce_sum(tf.cast(labels["num_positives"], tf.float32))
+        global_positives = replica.all_reduce(tf.distribute.ReduceOp.SUM, positives)
+        labels = dict(labels, num_positives=global_positives)
+        return self.detection_loss(labels, class_outputs, box_outputs)
+
+    @staticmethod
+    def _global_sums(losses: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+        replica = tf.distribute.get_replica_context()
+        return {name: replica.all_reduce(tf.distribute.ReduceOp.SUM, value)
+                for name, value in losses.items()}
+
+    def train_step(self, data):
+        images, labels = data
+        replica = tf.distribute.get_replica_context()
+        variables = self.variables_to_train
+        optimizer = self.optimizer
+        with tf.GradientTape() as tape:
+            class_outputs, box_outputs = self(images, training=True)
+            losses = self._detection_losses(labels, class_outputs, box_outputs)
+            reg_l2_loss = self.l2_loss(variables)
+            # Gradients are summed over replicas: each carries 1/N of the L2 term.
+            total = losses["det_loss"] + reg_l2_loss / replica.num_replicas_in_sync
+            scaled = (optimizer.get_scaled_loss(total)
+                      if isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer) else total)
+        grads = tape.gradient(scaled, variables)
+        if isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer):
+            grads = optimizer.get_unscaled_gradients(grads)
+        grads = replica.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        gradient_norm = tf.linalg.global_norm(grads)
+        if self.config.clip_gradients_norm and self.config.clip_gradients_norm > 0:
+            grads, _ = tf.clip_by_global_norm(grads, self.config.clip_gradients_norm,
+                                              use_norm=gradient_norm)
+        optimizer.apply_gradients(zip(grads, variables), skip_gradients_aggregation=True)
+        if self.ema is not None:
+            self.ema.update(optimizer.iterations)
+
+        logs = self._global_sums(losses)
+        logs["reg_l2_loss"] = reg_l2_loss
+        logs["loss"] = logs["det_loss"] + reg_l2_loss
+        logs["gradient_norm"] = gradient_norm
+        logs = self._update_trackers(logs)
+        logs["learning_rate"] = self._current_learning_rate()
+        return logs
+
+    def test_step(self, data):
+        images, labels = data
+        class_outputs, box_outputs = self(images, training=False)
+        logs = self._global_sums(self._detection_losses(labels, class_outputs, box_outputs))
+        reg_l2_loss = self.l2_loss(self.variables_to_train)
+        logs["reg_l2_loss"] = reg_l2_loss
+        logs["loss"] = logs["det_loss"] + reg_l2_loss
+        return self._update_trackers(logs)
+
+    def _current_learning_rate(self) -> tf.Tensor:
+        """The rate of the step just taken (Keras keeps a schedule's value in a variable)."""
+        optimizer = self.optimizer
+        if isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer):
+            optimizer = optimizer.inner_optimizer
+        return tf.cast(optimizer.learning_rate, tf.float32)

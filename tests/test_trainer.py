@@ -1,0 +1,169 @@
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+from conftest import tiny_config
+from efficientdet_keras.checkpoint import restore_ckpt, variable_name
+from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
+from efficientdet_keras.data.synthetic import write_synthetic_dataset
+from efficientdet_keras.training.ema import ExponentialMovingAverage
+from efficientdet_keras.training.optimizers import CosineDecaySchedule, learning_rate_schedule
+from efficientdet_keras.training.trainer import EfficientDetNetTrain
+
+
+def small_config(**overrides):
+    """Full backbone, small heads, 64 px: quick to trace and run."""
+    values = dict(image_size=64, num_classes=4, fpn_num_filters=16, fpn_cell_repeats=1,
+                  box_class_repeats=1, batch_size=4, backbone_survival_prob=1.0,
+                  moving_average_decay=0.9, num_epochs=2, map_freq=1, jitter_min=1.0,
+                  jitter_max=1.0, input_rand_hflip=False)
+    values.update(overrides)
+    return tiny_config(**values)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_synthetic_dataset(str(tmp_path_factory.mktemp("trainer_data")), num_train=16,
+                                   num_val=8, image_size=64, seed=11)
+
+
+def one_batch(config, data, batch_size=4):
+    pipeline = InputPipeline(config, TFRecordSource(data.train_tfrecord), is_training=True,
+                             batch_size=batch_size, seed=0)
+    return next(iter(pipeline()))
+
+
+def weights(model):
+    return {variable_name(v): v.numpy().copy() for v in model.variables}
+
+
+def test_compile_builds_optimizer_and_schedule_from_config():
+    model = EfficientDetNetTrain(small_config())
+    model.compile(steps_per_epoch=10)
+    assert isinstance(model.optimizer, keras.optimizers.SGD)
+    schedule = learning_rate_schedule(model.config, 10)
+    assert isinstance(schedule, CosineDecaySchedule)
+    assert float(model.optimizer.learning_rate) == pytest.approx(float(schedule(0)))
+    assert float(schedule(0)) == pytest.approx(0.008 * 4 / 64)  # Warm-up start, batch 4.
+    assert model.optimizer.momentum == pytest.approx(0.9)
+    custom = keras.optimizers.Adam(1e-3)
+    model.compile(optimizer=custom)
+    assert model.optimizer is custom
+    with pytest.raises(ValueError, match="steps_per_epoch"):
+        EfficientDetNetTrain(small_config()).compile()
+
+
+def test_l2_covers_conv_kernels_of_trained_variables_only():
+    model = EfficientDetNetTrain(small_config(var_freeze_expr="efficientnet", weight_decay=1e-3))
+    trained = model.variables_to_train
+    assert trained and not any(variable_name(v).startswith("efficientnet") for v in trained)
+    expected = sum(0.5 * float(np.sum(v.numpy() ** 2)) for v in trained
+                   if variable_name(v).endswith("kernel"))
+    assert float(model.l2_loss(trained)) == pytest.approx(1e-3 * expected, rel=1e-5)
+    assert not any("bias" in variable_name(v) or "gamma" in variable_name(v)
+                   for v in trained if variable_name(v).endswith("kernel"))
+
+
+def test_train_step_logs_learns_and_respects_frozen_variables(data):
+    config = small_config(var_freeze_expr="efficientnet", learning_rate=0.5)
+    model = EfficientDetNetTrain(config)
+    model.compile(steps_per_epoch=5)
+    batch = one_batch(config, data)
+    before = weights(model)
+    first = model.train_on_batch(*batch, return_dict=True)
+    for name in ("loss", "det_loss", "cls_loss", "box_loss", "reg_l2_loss", "gradient_norm",
+                 "learning_rate"):
+        assert np.isfinite(first[name]), name
+    assert first["loss"] == pytest.approx(first["det_loss"] + first["reg_l2_loss"], rel=1e-5)
+    for _ in range(8):
+        last = model.train_on_batch(*batch, return_dict=True)
+    model.reset_metrics()
+    assert model.test_on_batch(*batch, return_dict=True)["det_loss"] < first["det_loss"]
+    after = weights(model)
+    backbone = [n for n in before if n.startswith("efficientnet")]
+    heads = [n for n in before if n.startswith("class_net") and "moving" not in n]
+    assert all(np.array_equal(before[n], after[n]) for n in backbone)  # Incl. BN statistics.
+    assert any(not np.array_equal(before[n], after[n]) for n in heads)
+    assert int(model.optimizer.iterations) == 9 and np.isfinite(last["loss"])
+
+
+def test_gradient_clipping_by_global_norm(data):
+    config = small_config(clip_gradients_norm=1e-3, moving_average_decay=0.0)
+    model = EfficientDetNetTrain(config)
+    model.compile(optimizer=keras.optimizers.SGD(1.0))
+    batch = one_batch(config, data)
+    before = {variable_name(v): v.numpy() for v in model.variables_to_train}
+    logs = model.train_on_batch(*batch, return_dict=True)
+    update = np.sqrt(sum(np.sum((v.numpy() - before[variable_name(v)]) ** 2)
+                         for v in model.variables_to_train))
+    assert logs["gradient_norm"] > 1e-2  # The raw norm is logged before clipping...
+    assert update == pytest.approx(1e-3, rel=1e-3)  # ...and the step is clipped to the limit.
+
+
+def test_two_replicas_make_the_same_update_as_one(data):
+    # BatchNorm in inference mode: per-replica batch statistics would differ by design.
+    config = small_config(is_training_bn=False, moving_average_decay=0.0)
+    batch = one_batch(config, data, batch_size=4)
+    single = EfficientDetNetTrain(config)
+    initial = [v.numpy() for v in single.variables]
+    single.compile(optimizer=keras.optimizers.SGD(0.1))
+    single_logs = single.train_on_batch(*batch, return_dict=True)
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        mirrored = EfficientDetNetTrain(config)
+        for v, value in zip(mirrored.variables, initial):
+            v.assign(value)
+        mirrored.compile(optimizer=keras.optimizers.SGD(0.1))
+    dataset = tf.data.Dataset.from_tensors(batch)
+    history = mirrored.fit(dataset, epochs=1, verbose=0)
+    assert history.history["det_loss"][0] == pytest.approx(single_logs["det_loss"], rel=1e-4)
+    for a, b in zip(single.variables, mirrored.variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6,
+                                   err_msg=variable_name(a))
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "float16"])
+def test_mixed_precision_steps(data, precision):
+    config = small_config(mixed_precision=precision)
+    model = EfficientDetNetTrain(config)
+    model.compile(steps_per_epoch=5)
+    if precision == "float16":
+        assert isinstance(model.optimizer, keras.mixed_precision.LossScaleOptimizer)
+    images, labels = one_batch(config, data)
+    assert images.dtype == tf.as_dtype(precision)
+    logs = model.train_on_batch(images, labels, return_dict=True)
+    assert np.isfinite(logs["loss"])
+    class_outputs, _ = model(images)
+    assert class_outputs[0].dtype == tf.float32
+
+
+def test_xla_and_steps_per_execution_from_config(data):
+    config = small_config(jit_compile=True, steps_per_execution=2)
+    model = EfficientDetNetTrain(config)
+    model.compile(steps_per_epoch=4)
+    assert model._jit_compile and int(model._steps_per_execution) == 2
+    dataset = tf.data.Dataset.from_tensors(one_batch(config, data)).repeat()
+    history = model.fit(dataset, epochs=1, steps_per_epoch=4, verbose=0)
+    assert np.isfinite(history.history["loss"][0]) and int(model.optimizer.iterations) == 4
+
+
+def test_ema_follows_the_warmup_rule():
+    layer = keras.layers.Dense(2)
+    model = keras.Sequential([layer])
+    model.build([None, 3])
+    ema = ExponentialMovingAverage(model, decay=0.9)
+    start = layer.kernel.numpy().copy()
+    layer.kernel.assign(start + 1.0)
+    ema.update(tf.constant(0))  # decay = min(0.9, 1/10) = 0.1
+    np.testing.assert_allclose(ema.shadows[0].numpy(), 0.1 * start + 0.9 * (start + 1.0), rtol=1e-6)
+    ema.update(tf.constant(1000))  # decay = 0.9
+    expected = 0.9 * (0.1 * start + 0.9 * (start + 1.0)) + 0.1 * (start + 1.0)
+    np.testing.assert_allclose(ema.shadows[0].numpy(), expected, rtol=1e-6)
+    raw = layer.kernel.numpy().copy()
+    with ema.swapped_in():
+        np.testing.assert_allclose(layer.kernel.numpy(), expected, rtol=1e-6)
+    np.testing.assert_array_equal(layer.kernel.numpy(), raw)
