@@ -19,7 +19,7 @@ $(STAMP): setup.cfg pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/efficientdet-summary --model_name=efficientdet-d0 --hparams=hparams/demo.yaml
+	$(BIN)/efficientdet-train --demo --model_dir=runs/demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -ra $(PYTEST_ARGS)

@@ -4,6 +4,8 @@ Benchmarks:
   postprocess  network forward vs. post-processing (decode, top-k, NMS) for one batch.
   pipeline     training input pipeline images/s vs. the images/s a train step consumes,
                at 512 and 256 px.
+  train        EfficientDetNetTrain.fit: time to the first step and images/s, with and
+               without XLA.
   eval         a full COCO evaluation of synthetic images: network, post-processing and
                scoring times, and faster-coco-eval against pycocotools on the same detections.
 """
@@ -15,10 +17,11 @@ import time
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
+import tf_keras as keras  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("what", "postprocess", ["postprocess", "pipeline", "eval"],
+flags.DEFINE_enum("what", "postprocess", ["postprocess", "pipeline", "eval", "train"],
                   "Which benchmark to run.")
 flags.DEFINE_integer("eval_images", 500, "eval: how many synthetic images to evaluate.")
 flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDet family.")
@@ -170,6 +173,47 @@ def bench_eval(config) -> None:
               % (scoring["faster_coco_eval"] / scoring["pycocotools"]))
 
 
+class StepEndTimes(keras.callbacks.Callback):
+    """Records when each training batch ends."""
+
+    def __init__(self):
+        super().__init__()
+        self.ends = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.ends.append(time.perf_counter())
+
+
+def bench_train(config) -> None:
+    from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
+    from efficientdet_keras.data.synthetic import write_synthetic_dataset
+    from efficientdet_keras.training.trainer import EfficientDetNetTrain
+
+    data = write_synthetic_dataset(os.path.join(FLAGS.data_dir, "train"), num_train=64,
+                                   num_val=1, image_size=FLAGS.image_size, seed=2)
+    steps = max(6, FLAGS.repeats)
+    print("%s at %dx%d, batch %d, EfficientDetNetTrain.fit, %d steps per run"
+          % (config.name, FLAGS.image_size, FLAGS.image_size, FLAGS.batch_size, steps))
+    print("%-8s %22s %22s" % ("XLA", "time to first step", "images/s (median)"))
+    for use_xla in (False, True):
+        run_config = config.copy()
+        run_config.override({"image_size": FLAGS.image_size, "batch_size": FLAGS.batch_size,
+                             "num_classes": 4, "jit_compile": use_xla})
+        pipeline = InputPipeline(run_config, TFRecordSource(data.train_tfrecord),
+                                 is_training=True, seed=0)
+        dataset = pipeline().take(1).cache().repeat()  # Measure the step, not the input.
+        next(iter(dataset))
+        start = time.perf_counter()
+        model = EfficientDetNetTrain(run_config)
+        model.compile(steps_per_epoch=steps)
+        recorder = StepEndTimes()
+        model.fit(dataset, epochs=1, steps_per_epoch=steps, callbacks=[recorder], verbose=0)
+        step_times = [b - a for a, b in zip(recorder.ends[1:-1], recorder.ends[2:])]
+        print("%-8s %20.1f s %22.2f" % ("on" if use_xla else "off", recorder.ends[0] - start,
+                                       FLAGS.batch_size / statistics.median(step_times)))
+        keras.backend.clear_session()
+
+
 def main(argv):
     del argv
     from efficientdet_keras import get_efficientdet_config
@@ -180,8 +224,8 @@ def main(argv):
             config.override({"image_size": FLAGS.image_size})
     except ValueError as e:
         sys.exit("efficientdet-bench: %s" % e)
-    {"postprocess": bench_postprocess, "pipeline": bench_pipeline,
-     "eval": bench_eval}[FLAGS.what](config)
+    {"postprocess": bench_postprocess, "pipeline": bench_pipeline, "eval": bench_eval,
+     "train": bench_train}[FLAGS.what](config)
 
 
 def run():

@@ -222,7 +222,10 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
     callbacks += [
         keras.callbacks.TensorBoard(log_dir=model_dir, profile_batch=profile_batch),
         keras.callbacks.TerminateOnNaN(),
-        keras.callbacks.BackupAndRestore(os.path.join(model_dir, "backup")),
+        # Kept after the run, so re-running a finished command resumes (or just
+        # reports) instead of starting over.
+        keras.callbacks.BackupAndRestore(os.path.join(model_dir, "backup"),
+                                         delete_checkpoint=False),
     ]
     return callbacks
 

@@ -1,0 +1,245 @@
+"""efficientdet-train: train, train with evaluation, or evaluate continuously.
+
+  # The demo: D0 on the built-in synthetic shapes, COCO evaluation, EMA, archive.
+  efficientdet-train --demo --model_dir=runs/demo
+
+  # Your data (TFRecords, or COCO JSON with an image folder):
+  efficientdet-train --mode=traineval --model_name=efficientdet-d0 --model_dir=runs/d0 \\
+      --train_file_pattern='tfrecord/train-*' --val_file_pattern='tfrecord/val-*' \\
+      --val_json_file=val.json --num_examples_per_epoch=5717 --batch_size=8 \\
+      --hparams=hparams/voc.yaml --pretrained_ckpt=efficientdet-d0/
+
+Running the same command again resumes from the last epoch (weights, optimizer
+state and EMA). The config actually used is saved as <model_dir>/config.yaml.
+"""
+
+import os
+import sys
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+from absl import app, flags, logging  # noqa: E402
+
+TOOL = "efficientdet-train"
+REPO_HPARAMS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "hparams")
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("mode", "traineval", ["train", "traineval", "eval"],
+                  "train; train with COCO evaluation and archiving; or continuous evaluation.")
+flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDet family.")
+flags.DEFINE_string("model_dir", "", "Where checkpoints, logs and config.yaml go.")
+flags.DEFINE_string("hparams", "", "Config overrides: 'k=v,k2=v2' or a YAML file path.")
+flags.DEFINE_string("train_file_pattern", "", "TFRecord pattern(s) of the training data.")
+flags.DEFINE_string("val_file_pattern", "", "TFRecord pattern(s) of the validation data.")
+flags.DEFINE_string("val_json_file", "", "COCO JSON ground truth of the validation data "
+                    "(also its image list when --val_image_dir is given).")
+flags.DEFINE_string("val_image_dir", "", "Image folder of --val_json_file (COCO JSON input).")
+flags.DEFINE_string("train_json", "", "COCO JSON of the training data (with --image_dir).")
+flags.DEFINE_string("image_dir", "", "Image folder of --train_json.")
+flags.DEFINE_integer("batch_size", None, "Global batch size (default: the config's).")
+flags.DEFINE_integer("num_epochs", None, "Epochs (default: the config's).")
+flags.DEFINE_integer("num_examples_per_epoch", None, "Images per epoch (default: count them).")
+flags.DEFINE_integer("eval_samples", None, "Evaluate on at most this many images.")
+flags.DEFINE_integer("steps_per_execution", None, "Steps per tf.function call (default: config).")
+flags.DEFINE_string("pretrained_ckpt", "", "Released or own checkpoint to start from; heads "
+                    "are skipped when the class count differs.")
+flags.DEFINE_string("hub_module_url", "", "Fine-tune a TF-Hub module (not available yet).")
+flags.DEFINE_enum("strategy", "", ["", "gpus", "multi-worker", "tpu"],
+                  "Distribution: default device, local GPUs, multi-worker or TPU.")
+flags.DEFINE_bool("use_xla", None, "Compile steps with XLA (default: config jit_compile).")
+flags.DEFINE_string("mixed_precision", None, "false, float16, bfloat16 or true (default: config).")
+flags.DEFINE_integer("tf_random_seed", None, "Seed for repeatable runs.")
+flags.DEFINE_bool("debug", False, "Run eagerly and check tensors for NaN and inf.")
+flags.DEFINE_bool("profile", False, "Profile steps 2-4 into TensorBoard.")
+flags.DEFINE_bool("demo", False, "Train on the built-in synthetic dataset with hparams/demo.yaml.")
+flags.DEFINE_integer("archive_keep", 3, "How many best checkpoints to keep in model_dir/archive.")
+
+
+class FlagError(ValueError):
+    """A problem with the command line, reported in one line."""
+
+
+def check_flags() -> None:
+    """Stops bad command lines before TensorFlow does any work."""
+    if FLAGS.demo and not FLAGS.model_dir:
+        FLAGS.model_dir = os.path.join("runs", "demo")
+    if not FLAGS.model_dir:
+        raise FlagError("--model_dir is required")
+    try:
+        os.makedirs(FLAGS.model_dir, exist_ok=True)
+    except OSError as e:
+        raise FlagError("cannot create --model_dir %s: %s" % (FLAGS.model_dir, e.strerror))
+    if not os.access(FLAGS.model_dir, os.W_OK):
+        raise FlagError("--model_dir %s is not writable" % FLAGS.model_dir)
+    if FLAGS.hub_module_url:
+        raise FlagError("--hub_module_url: TF-Hub fine-tuning is not available in this version")
+    if FLAGS.demo:
+        return
+    needs_train = FLAGS.mode in ("train", "traineval")
+    needs_val = FLAGS.mode in ("traineval", "eval")
+    if needs_train and not (FLAGS.train_file_pattern or FLAGS.train_json):
+        raise FlagError("--mode=%s needs --train_file_pattern or --train_json with --image_dir"
+                        % FLAGS.mode)
+    if FLAGS.train_json and not FLAGS.image_dir:
+        raise FlagError("--train_json needs --image_dir")
+    if needs_val and not (FLAGS.val_file_pattern or (FLAGS.val_json_file and FLAGS.val_image_dir)):
+        raise FlagError("--mode=%s needs --val_file_pattern, or --val_json_file with "
+                        "--val_image_dir" % FLAGS.mode)
+    for name in ("train_json", "image_dir", "val_json_file", "val_image_dir", "pretrained_ckpt"):
+        value = FLAGS[name].value
+        if value and not os.path.exists(value):
+            raise FlagError("--%s %s does not exist" % (name, value))
+    import glob
+    for name in ("train_file_pattern", "val_file_pattern"):
+        for pattern in filter(None, (FLAGS[name].value or "").split(",")):
+            if not glob.glob(pattern):
+                raise FlagError("--%s %r matches no file" % (name, pattern))
+
+
+def build_config(demo_data=None):
+    from efficientdet_keras import get_efficientdet_config
+    config = get_efficientdet_config(FLAGS.model_name)
+    if FLAGS.demo:
+        config.override(os.path.join(REPO_HPARAMS, "demo.yaml"))
+    config.override(FLAGS.hparams)
+    overrides = {"batch_size": FLAGS.batch_size, "num_epochs": FLAGS.num_epochs,
+                 "steps_per_execution": FLAGS.steps_per_execution, "jit_compile": FLAGS.use_xla,
+                 "strategy": FLAGS.strategy}
+    if FLAGS.mixed_precision is not None:
+        from efficientdet_keras.config import parse_scalar
+        overrides["mixed_precision"] = parse_scalar(FLAGS.mixed_precision)
+    config.override({k: v for k, v in overrides.items() if v is not None})
+    if demo_data is not None:
+        config.label_map = dict(demo_data.label_map)
+    return config
+
+
+def make_sources(demo_data):
+    from efficientdet_keras.data.pipeline import make_source
+    if demo_data is not None:
+        return (make_source(demo_data.train_tfrecord), make_source(demo_data.val_tfrecord),
+                demo_data.val_json)
+    train = (make_source(FLAGS.train_file_pattern, FLAGS.train_json, FLAGS.image_dir)
+             if FLAGS.mode != "eval" else None)
+    val = None
+    if FLAGS.mode in ("traineval", "eval"):
+        val = make_source(FLAGS.val_file_pattern,
+                          None if FLAGS.val_file_pattern else FLAGS.val_json_file,
+                          FLAGS.val_image_dir)
+    return train, val, FLAGS.val_json_file or None
+
+
+def count_examples(source) -> int:
+    """Images in a source (TFRecords are counted by reading them once)."""
+    if hasattr(source, "records"):
+        return len(source.records)
+    import tensorflow as tf
+    return int(tf.data.TFRecordDataset(source.files).reduce(0, lambda n, _: n + 1))
+
+
+def continuous_eval(config, val_source, val_json):
+    from efficientdet_keras.evaluation.continuous import (CheckpointEvaluation,
+                                                          evaluate_continuously)
+    from efficientdet_keras.evaluation.runner import format_metrics
+    evaluation = CheckpointEvaluation(config, val_source, val_json, batch_size=config.batch_size,
+                                      max_images=FLAGS.eval_samples)
+    best, _ = evaluate_continuously(
+        evaluation, FLAGS.model_dir, archive_keep=FLAGS.archive_keep,
+        on_result=lambda path, metrics, timing: print("%s\n%s" % (path, format_metrics(metrics))))
+    if best:
+        print("Best checkpoint: %s (AP %.4f)" % (best["path"], best["AP"]))
+
+
+def train(config, train_source, val_source, val_json, strategy):
+    import tensorflow as tf
+
+    from efficientdet_keras import restore_ckpt
+    from efficientdet_keras.data.pipeline import InputPipeline
+    from efficientdet_keras.evaluation import COCOEvaluator
+    from efficientdet_keras.training.callbacks import get_callbacks
+    from efficientdet_keras.training.trainer import EfficientDetNetTrain
+
+    if strategy.num_replicas_in_sync > 1 and config.batch_size % strategy.num_replicas_in_sync:
+        raise FlagError("batch size %d is not divisible by the %d replicas"
+                        % (config.batch_size, strategy.num_replicas_in_sync))
+    examples = FLAGS.num_examples_per_epoch or count_examples(train_source)
+    steps_per_epoch = config.get("steps_per_epoch") if FLAGS.demo else None
+    steps_per_epoch = steps_per_epoch or max(1, examples // config.batch_size)
+    config.steps_per_epoch = steps_per_epoch
+    config.save_yaml(FLAGS.model_dir)
+
+    with strategy.scope():
+        model = EfficientDetNetTrain(config)
+        if FLAGS.pretrained_ckpt:
+            restore_ckpt(model, FLAGS.pretrained_ckpt, exclude=config.var_exclude_expr)
+            if model.ema is not None:
+                model.ema.reset_to_model()  # Average from the loaded weights, not the random ones.
+        model.compile(steps_per_epoch=steps_per_epoch)
+
+    train_pipeline = InputPipeline(config, train_source, is_training=True,
+                                   seed=FLAGS.tf_random_seed)
+    train_data = strategy.distribute_datasets_from_function(train_pipeline)
+    val_data = None
+    evaluator = None
+    if val_source is not None and FLAGS.mode == "traineval":
+        val_data = InputPipeline(config, val_source, is_training=False,
+                                 batch_size=config.batch_size)()
+        label_map = config.label_map if isinstance(config.label_map, dict) else None
+        evaluator = COCOEvaluator(val_json, label_map=label_map)
+        if FLAGS.eval_samples:
+            val_data = val_data.take(-(-FLAGS.eval_samples // config.batch_size))
+    callbacks = get_callbacks(config, FLAGS.model_dir, val_data, evaluator,
+                              eval_samples=FLAGS.eval_samples, archive_keep=FLAGS.archive_keep,
+                              profile_batch=(2, 4) if FLAGS.profile else 0)
+    print("Training %s for %d epochs of %d steps (batch %d, %d replica(s)) in %s"
+          % (config.name, config.num_epochs, steps_per_epoch, config.batch_size,
+             strategy.num_replicas_in_sync, FLAGS.model_dir))
+    model.fit(train_data, epochs=config.num_epochs, steps_per_epoch=steps_per_epoch,
+              validation_data=val_data, callbacks=callbacks, verbose=1 if sys.stdout.isatty() else 2)
+    train_pipeline.health.log_summary()
+    report_results(callbacks)
+
+
+def report_results(callbacks) -> None:
+    from efficientdet_keras.evaluation.runner import format_metrics
+    from efficientdet_keras.training.callbacks import CheckpointCallback, COCOCallback
+    coco = next((c for c in callbacks if isinstance(c, COCOCallback)), None)
+    if coco is not None and coco.history:
+        epoch = max(coco.history)
+        print("\nCOCO metrics after epoch %d (EMA weights):\n%s"
+              % (epoch, format_metrics(coco.history[epoch])))
+    archive = next(c for c in callbacks if isinstance(c, CheckpointCallback)).archive
+    best = archive.best()
+    if best:
+        print("Best checkpoint: %s (epoch %d, %s %.4f)"
+              % (best["path"], best["epoch"], archive.monitor, best[archive.monitor]))
+
+
+def main(argv):
+    del argv
+    try:
+        check_flags()
+        from efficientdet_keras.training.runtime import get_strategy, run_settings
+        demo_data = None
+        if FLAGS.demo:
+            from efficientdet_keras.data.synthetic import write_synthetic_dataset
+            demo_data = write_synthetic_dataset(os.path.join(FLAGS.model_dir, "synthetic"),
+                                                num_train=1000, num_val=100, image_size=256)
+        config = build_config(demo_data)
+        train_source, val_source, val_json = make_sources(demo_data)
+        with run_settings(FLAGS.tf_random_seed, FLAGS.debug):
+            if FLAGS.mode == "eval":
+                continuous_eval(config, val_source, val_json)
+            else:
+                train(config, train_source, val_source, val_json, get_strategy(FLAGS.strategy))
+    except (FlagError, ValueError, FileNotFoundError) as e:
+        sys.exit("%s: %s" % (TOOL, e))
+
+
+def run():
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,91 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO_ROOT
+from efficientdet_keras.data.synthetic import write_synthetic_dataset
+
+TRAIN_TOOL = os.path.join(REPO_ROOT, "tools", "train.py")
+SMALL = ("image_size=64,fpn_num_filters=16,fpn_cell_repeats=1,box_class_repeats=1,num_classes=4,"
+         "jitter_min=1.0,jitter_max=1.0,moving_average_decay=0.9,map_freq=1")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_synthetic_dataset(str(tmp_path_factory.mktemp("cli_data")), num_train=16,
+                                   num_val=4, image_size=64, seed=5)
+
+
+def command(data, model_dir, *extra):
+    return [sys.executable, TRAIN_TOOL, "--mode=traineval", "--model_dir=%s" % model_dir,
+            "--train_file_pattern=%s" % data.train_tfrecord,
+            "--val_file_pattern=%s" % data.val_tfrecord, "--val_json_file=%s" % data.val_json,
+            "--hparams=%s" % SMALL, "--batch_size=4", "--num_examples_per_epoch=8",
+            "--tf_random_seed=1", *extra]
+
+
+def run(args, timeout=600):
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+
+
+def test_traineval_writes_everything_and_resumes_after_a_kill(data, tmp_path):
+    model_dir = tmp_path / "run"
+    # First run: killed as soon as epoch 1 is backed up.
+    process = subprocess.Popen(command(data, model_dir, "--num_epochs=3"),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 400
+    backup = model_dir / "backup"
+    while time.time() < deadline and process.poll() is None:
+        if (model_dir / "ckpt-1.index").exists() and backup.exists() and any(
+                name.startswith("checkpoint") for _, _, files in os.walk(backup) for name in files):
+            time.sleep(1.0)
+            process.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.5)
+    process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL, process.stdout.read()[-3000:]
+    assert not (model_dir / "ckpt-3.index").exists()
+
+    # The same command again: continues at epoch 2 and finishes.
+    result = run(command(data, model_dir, "--num_epochs=3"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    assert "Epoch 1/3" not in out and "Epoch 2/3" in out and "Epoch 3/3" in out
+    assert "COCO metrics after epoch 3" in out and "Best checkpoint:" in out
+    assert "val_AP" in out  # COCO results reach the Keras logs.
+
+    config = (model_dir / "config.yaml").read_text()
+    assert "image_size:\n- 64\n- 64" in config and "steps_per_epoch: 2" in config
+    for epoch in (2, 3):
+        assert (model_dir / ("ckpt-%d.index" % epoch)).exists()
+    metrics = json.loads((model_dir / "coco_metrics.json").read_text())
+    assert {"2", "3"} <= set(metrics) and "AP_/circle" in metrics["3"]
+    archive = json.loads((model_dir / "archive" / "archive.json").read_text())
+    assert archive["monitor"] == "val_AP" and 1 <= len(archive["checkpoints"]) <= 3
+    assert os.listdir(model_dir / "display")
+    assert any(name.startswith("events.out") for _, _, files in os.walk(model_dir / "train")
+               for name in files)
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--train_file_pattern=/nowhere/train-*"], "--train_file_pattern '/nowhere/train-*' matches no file"),
+    (["--hub_module_url=/x"], "TF-Hub"),
+    (["--hparams=num_clases=3"], "num_clases"),
+])
+def test_bad_flags_stop_with_one_line(data, tmp_path, extra, message):
+    result = run(command(data, tmp_path / "run") + extra, timeout=120)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert message in result.stderr.strip().splitlines()[-1]
+
+
+def test_unwritable_model_dir(data, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    result = run(command(data, blocker / "run"), timeout=120)
+    assert result.returncode != 0
+    assert "--model_dir" in result.stderr.strip().splitlines()[-1]
