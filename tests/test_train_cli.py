@@ -89,3 +89,10 @@ def test_unwritable_model_dir(data, tmp_path):
     result = run(command(data, blocker / "run"), timeout=120)
     assert result.returncode != 0
     assert "--model_dir" in result.stderr.strip().splitlines()[-1]
+
+
+def test_batch_must_divide_among_replicas():
+    from efficientdet_keras.cli.train import FlagError, check_batch_divisible
+    check_batch_divisible(8, 2)
+    with pytest.raises(FlagError, match="--batch_size 6 is not divisible by the 4 replicas"):
+        check_batch_divisible(6, 4)
