@@ -32,3 +32,4 @@ bench: $(STAMP)
 	$(BIN)/python tools/bench.py --what=pipeline --batch_size=4
 	$(BIN)/python tools/bench.py --what=eval --image_size=256 --batch_size=8
 	$(BIN)/python tools/bench.py --what=train --image_size=256 --batch_size=4
+	$(BIN)/python tools/bench.py --what=serve --image_size=512

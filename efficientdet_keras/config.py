@@ -378,6 +378,7 @@ def default_config() -> Config:
         moving_average_decay=0.9998,
         var_freeze_expr=None,
         var_exclude_expr=r".*/class-predict/.*",  # Skipped when fine-tuning from a checkpoint.
+        hub_module_url=None,  # A TF-Hub feature module to fine-tune (EfficientDetNetTrainHub).
         # Precision, compilation, distribution.
         mixed_precision=False,  # False, "float16", "bfloat16", or True (float16 on GPU, bfloat16 on TPU).
         jit_compile=False,

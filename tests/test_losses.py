@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from efficientdet_keras.anchors import decode_boxes, encode_boxes
+from efficientdet_keras.anchors import encode_boxes
 from efficientdet_keras.losses import BoxLoss, FocalLoss, IoULoss, box_iou_terms
 
 

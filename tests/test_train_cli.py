@@ -74,7 +74,7 @@ def test_traineval_writes_everything_and_resumes_after_a_kill(data, tmp_path):
 
 @pytest.mark.parametrize("extra,message", [
     (["--train_file_pattern=/nowhere/train-*"], "--train_file_pattern '/nowhere/train-*' matches no file"),
-    (["--hub_module_url=/x"], "TF-Hub"),
+    (["--hub_module_url=/x"], "Cannot load TF-Hub module /x"),
     (["--hparams=num_clases=3"], "num_clases"),
 ])
 def test_bad_flags_stop_with_one_line(data, tmp_path, extra, message):

@@ -1,4 +1,3 @@
-import os
 
 import numpy as np
 import pytest
@@ -6,7 +5,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from conftest import tiny_config
-from efficientdet_keras.checkpoint import restore_ckpt, variable_name
+from efficientdet_keras.checkpoint import variable_name
 from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
 from efficientdet_keras.training.ema import ExponentialMovingAverage

@@ -6,6 +6,8 @@ Benchmarks:
                at 512 and 256 px.
   train        EfficientDetNetTrain.fit: time to the first step and images/s, with and
                without XLA.
+  serve        end-to-end latency of the detection SavedModel (decode, preprocess,
+               network, NMS) on JPEG bytes, batch 1 and 8.
   eval         a full COCO evaluation of synthetic images: network, post-processing and
                scoring times, and faster-coco-eval against pycocotools on the same detections.
 """
@@ -21,7 +23,7 @@ import tf_keras as keras  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("what", "postprocess", ["postprocess", "pipeline", "eval", "train"],
+flags.DEFINE_enum("what", "postprocess", ["postprocess", "pipeline", "eval", "train", "serve"],
                   "Which benchmark to run.")
 flags.DEFINE_integer("eval_images", 500, "eval: how many synthetic images to evaluate.")
 flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDet family.")
@@ -214,6 +216,33 @@ def bench_train(config) -> None:
         keras.backend.clear_session()
 
 
+def bench_serve(config) -> None:
+    import tempfile
+
+    import numpy as np
+    import tensorflow as tf
+
+    from efficientdet_keras import EfficientDetNet
+    from efficientdet_keras.export.saved_model import export_detector
+
+    config = config.copy()
+    config.override({"image_size": FLAGS.image_size})
+    export_dir = os.path.join(tempfile.mkdtemp(prefix="efficientdet_serve_"), "saved_model")
+    export_detector(EfficientDetNet(config=config), export_dir)
+    detect = tf.saved_model.load(export_dir).signatures["image_bytes"]
+    rng = np.random.default_rng(0)
+    jpegs = [tf.io.encode_jpeg(rng.integers(0, 256, [480, 640, 3], dtype=np.uint8)).numpy()
+             for _ in range(8)]
+    repeats = max(20, FLAGS.repeats)
+    print("%s SavedModel at %dx%d, 640x480 JPEG inputs, median of %d runs (after one warm-up)"
+          % (config.name, FLAGS.image_size, FLAGS.image_size, repeats))
+    for batch in (1, 8):
+        images = tf.constant(jpegs[:batch])
+        seconds = median_seconds(lambda: detect(images=images)["num_detections"].numpy(), repeats)
+        print("batch %d: %8.1f ms per batch, %6.1f ms per image" % (batch, seconds * 1e3,
+                                                                      seconds * 1e3 / batch))
+
+
 def main(argv):
     del argv
     from efficientdet_keras import get_efficientdet_config
@@ -225,7 +254,7 @@ def main(argv):
     except ValueError as e:
         sys.exit("efficientdet-bench: %s" % e)
     {"postprocess": bench_postprocess, "pipeline": bench_pipeline, "eval": bench_eval,
-     "train": bench_train}[FLAGS.what](config)
+     "train": bench_train, "serve": bench_serve}[FLAGS.what](config)
 
 
 def run():

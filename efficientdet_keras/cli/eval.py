@@ -21,7 +21,9 @@ import sys
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-from absl import app, flags, logging  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+from efficientdet_keras.cli.common import print_evaluation, run_or_exit, watch_and_report  # noqa: E402,E501
 
 TOOL = "efficientdet-eval"
 FLAGS = flags.FLAGS
@@ -97,13 +99,6 @@ def build_evaluation(config):
                                 progress=FLAGS.progress)
 
 
-def print_metrics(path, metrics, timing):
-    from efficientdet_keras.evaluation.runner import format_metrics
-    print("\n%s: %d images (network %.1fs, post-processing %.1fs, scoring %.1fs)"
-          % (path, timing.images, timing.network, timing.postprocess, timing.scoring))
-    print(format_metrics(metrics))
-
-
 def write_json_atomically(path, data):
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -114,20 +109,10 @@ def write_json_atomically(path, data):
 def evaluate_once(evaluation):
     checkpoint = FLAGS.ckpt or FLAGS.model_dir
     path, metrics, timing = evaluation.run(checkpoint)
-    print_metrics(path, metrics, timing)
+    print_evaluation(path, metrics, timing)
     if FLAGS.results_json:
         write_json_atomically(FLAGS.results_json, evaluation.evaluator.detection_results())
         print("Detections written to %s" % FLAGS.results_json)
-
-
-def evaluate_continuously(evaluation):
-    from efficientdet_keras.evaluation.continuous import evaluate_continuously as watch
-    best, finished = watch(evaluation, FLAGS.model_dir, archive_keep=FLAGS.archive_keep,
-                           timeout=FLAGS.eval_timeout or None, on_result=print_metrics)
-    print("Final epoch %d evaluated." % evaluation.config.num_epochs if finished
-          else "Stopped before the final epoch's checkpoint.")
-    if best is not None:
-        print("Best checkpoint: %s (AP %.4f)" % (best["path"], best["AP"]))
 
 
 def main(argv):
@@ -135,15 +120,12 @@ def main(argv):
     problem = check_flags()
     if problem:
         sys.exit("%s: %s" % (TOOL, problem))
-    try:
-        config = load_config()
-        evaluation = build_evaluation(config)
-        if FLAGS.continuous:
-            evaluate_continuously(evaluation)
-        else:
-            evaluate_once(evaluation)
-    except (ValueError, FileNotFoundError, KeyError) as e:
-        sys.exit("%s: %s" % (TOOL, e))
+    evaluation = run_or_exit(TOOL, lambda: build_evaluation(load_config()))
+    if FLAGS.continuous:
+        run_or_exit(TOOL, watch_and_report, evaluation, FLAGS.model_dir, FLAGS.archive_keep,
+                    FLAGS.eval_timeout or None)
+    else:
+        run_or_exit(TOOL, evaluate_once, evaluation)
 
 
 def run():

@@ -18,7 +18,9 @@ import sys
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-from absl import app, flags, logging  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+from efficientdet_keras.cli.common import print_evaluation, run_or_exit, watch_and_report  # noqa: E402,E501
 
 TOOL = "efficientdet-train"
 REPO_HPARAMS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -44,7 +46,8 @@ flags.DEFINE_integer("eval_samples", None, "Evaluate on at most this many images
 flags.DEFINE_integer("steps_per_execution", None, "Steps per tf.function call (default: config).")
 flags.DEFINE_string("pretrained_ckpt", "", "Released or own checkpoint to start from; heads "
                     "are skipped when the class count differs.")
-flags.DEFINE_string("hub_module_url", "", "Fine-tune a TF-Hub module (not available yet).")
+flags.DEFINE_string("hub_module_url", "", "Fine-tune a TF-Hub feature module (a path, file:// "
+                    "or hub URL) with new prediction heads.")
 flags.DEFINE_enum("strategy", "", ["", "gpus", "multi-worker", "tpu"],
                   "Distribution: default device, local GPUs, multi-worker or TPU.")
 flags.DEFINE_bool("use_xla", None, "Compile steps with XLA (default: config jit_compile).")
@@ -72,8 +75,6 @@ def check_flags() -> None:
         raise FlagError("cannot create --model_dir %s: %s" % (FLAGS.model_dir, e.strerror))
     if not os.access(FLAGS.model_dir, os.W_OK):
         raise FlagError("--model_dir %s is not writable" % FLAGS.model_dir)
-    if FLAGS.hub_module_url:
-        raise FlagError("--hub_module_url: TF-Hub fine-tuning is not available in this version")
     if FLAGS.demo:
         return
     needs_train = FLAGS.mode in ("train", "traineval")
@@ -112,7 +113,7 @@ def build_config(demo_data=None):
     config.override(FLAGS.hparams)
     overrides = {"batch_size": FLAGS.batch_size, "num_epochs": FLAGS.num_epochs,
                  "steps_per_execution": FLAGS.steps_per_execution, "jit_compile": FLAGS.use_xla,
-                 "strategy": FLAGS.strategy}
+                 "strategy": FLAGS.strategy, "hub_module_url": FLAGS.hub_module_url or None}
     if FLAGS.mixed_precision is not None:
         from efficientdet_keras.config import parse_scalar
         overrides["mixed_precision"] = parse_scalar(FLAGS.mixed_precision)
@@ -146,21 +147,13 @@ def count_examples(source) -> int:
 
 
 def continuous_eval(config, val_source, val_json):
-    from efficientdet_keras.evaluation.continuous import (CheckpointEvaluation,
-                                                          evaluate_continuously)
-    from efficientdet_keras.evaluation.runner import format_metrics
+    from efficientdet_keras.evaluation.continuous import CheckpointEvaluation
     evaluation = CheckpointEvaluation(config, val_source, val_json, batch_size=config.batch_size,
                                       max_images=FLAGS.eval_samples)
-    best, _ = evaluate_continuously(
-        evaluation, FLAGS.model_dir, archive_keep=FLAGS.archive_keep,
-        on_result=lambda path, metrics, timing: print("%s\n%s" % (path, format_metrics(metrics))))
-    if best:
-        print("Best checkpoint: %s (AP %.4f)" % (best["path"], best["AP"]))
+    watch_and_report(evaluation, FLAGS.model_dir, FLAGS.archive_keep)
 
 
 def train(config, train_source, val_source, val_json, strategy):
-    import tensorflow as tf
-
     from efficientdet_keras import restore_ckpt
     from efficientdet_keras.data.pipeline import InputPipeline
     from efficientdet_keras.evaluation import COCOEvaluator
@@ -175,7 +168,11 @@ def train(config, train_source, val_source, val_json, strategy):
     config.save_yaml(FLAGS.model_dir)
 
     with strategy.scope():
-        model = EfficientDetNetTrain(config)
+        if config.hub_module_url:
+            from efficientdet_keras.training.hub_trainer import EfficientDetNetTrainHub
+            model = EfficientDetNetTrainHub(config)
+        else:
+            model = EfficientDetNetTrain(config)
         if FLAGS.pretrained_ckpt:
             restore_ckpt(model, FLAGS.pretrained_ckpt, exclude=config.var_exclude_expr)
             if model.ema is not None:
@@ -207,13 +204,11 @@ def train(config, train_source, val_source, val_json, strategy):
 
 
 def report_results(callbacks) -> None:
-    from efficientdet_keras.evaluation.runner import format_metrics
     from efficientdet_keras.training.callbacks import CheckpointCallback, COCOCallback
     coco = next((c for c in callbacks if isinstance(c, COCOCallback)), None)
     if coco is not None and coco.history:
         epoch = max(coco.history)
-        print("\nCOCO metrics after epoch %d (EMA weights):\n%s"
-              % (epoch, format_metrics(coco.history[epoch])))
+        print_evaluation("COCO metrics after epoch %d (EMA weights)" % epoch, coco.history[epoch])
     archive = next(c for c in callbacks if isinstance(c, CheckpointCallback)).archive
     best = archive.best()
     if best:
@@ -223,23 +218,24 @@ def report_results(callbacks) -> None:
 
 def main(argv):
     del argv
-    try:
-        check_flags()
-        from efficientdet_keras.training.runtime import get_strategy, run_settings
-        demo_data = None
-        if FLAGS.demo:
-            from efficientdet_keras.data.synthetic import write_synthetic_dataset
-            demo_data = write_synthetic_dataset(os.path.join(FLAGS.model_dir, "synthetic"),
-                                                num_train=1000, num_val=100, image_size=256)
-        config = build_config(demo_data)
-        train_source, val_source, val_json = make_sources(demo_data)
-        with run_settings(FLAGS.tf_random_seed, FLAGS.debug):
-            if FLAGS.mode == "eval":
-                continuous_eval(config, val_source, val_json)
-            else:
-                train(config, train_source, val_source, val_json, get_strategy(FLAGS.strategy))
-    except (FlagError, ValueError, FileNotFoundError) as e:
-        sys.exit("%s: %s" % (TOOL, e))
+    run_or_exit(TOOL, train_or_evaluate)
+
+
+def train_or_evaluate():
+    check_flags()
+    from efficientdet_keras.training.runtime import get_strategy, run_settings
+    demo_data = None
+    if FLAGS.demo:
+        from efficientdet_keras.data.synthetic import write_synthetic_dataset
+        demo_data = write_synthetic_dataset(os.path.join(FLAGS.model_dir, "synthetic"),
+                                            num_train=1000, num_val=100, image_size=256)
+    config = build_config(demo_data)
+    train_source, val_source, val_json = make_sources(demo_data)
+    with run_settings(FLAGS.tf_random_seed, FLAGS.debug):
+        if FLAGS.mode == "eval":
+            continuous_eval(config, val_source, val_json)
+        else:
+            train(config, train_source, val_source, val_json, get_strategy(FLAGS.strategy))
 
 
 def run():

@@ -42,7 +42,11 @@ class EfficientDetNet(keras.Model):
         kwargs.setdefault("dtype", policy_from_config(config))
         super().__init__(name=name or config.name, **kwargs)
         self.config = config
-        policy = self.dtype_policy
+        self._build_network()
+
+    def _build_network(self) -> None:
+        """Creates the layers (subclasses that take features from elsewhere override it)."""
+        config, policy = self.config, self.dtype_policy
         self.backbone = EfficientNetBackbone(config, dtype=policy)
         self.resample_layers = [
             ResampleFeatureMap(level - 1, level, config.fpn_num_filters, config,
@@ -55,20 +59,34 @@ class EfficientDetNet(keras.Model):
 
     def call(self, images, training=False) -> Tuple[List[tf.Tensor], List[tf.Tensor]]:
         training = bool(training)
-        config = self.config
         # Enter the root name scope so variables are named as in the released
         # checkpoints ("efficientnet-b0/...", not "efficientdet-d0/efficientnet-b0/...").
         with tf.name_scope(""):
-            levels = self.backbone(images, training=training)  # Levels 1..5.
-            features = levels[config.min_level - 1:config.max_level]
-            for resample in self.resample_layers:
-                features.append(resample(features[-1], training=training))
-            features = self.fpn_cells(features, training=training)
+            features = self.pyramid_features(images, training)
             class_outputs = self.class_net(features, training=training)
             box_outputs = self.box_net(features, training=training)
         # Losses and post-processing work in float32 whatever the compute dtype.
         return ([tf.cast(x, tf.float32) for x in class_outputs],
                 [tf.cast(x, tf.float32) for x in box_outputs])
+
+    def pyramid_features(self, images, training=False) -> List[tf.Tensor]:
+        """Backbone levels, extra levels and BiFPN: [B, H_l, W_l, fpn_num_filters] per level."""
+        config = self.config
+        levels = self.backbone(images, training=training)  # Levels 1..5.
+        features = levels[config.min_level - 1:config.max_level]
+        for resample in self.resample_layers:
+            features.append(resample(features[-1], training=training))
+        return self.fpn_cells(features, training=training)
+
+    def head_features(self, images, training=False) -> Tuple[List[tf.Tensor], List[tf.Tensor]]:
+        """The inputs of the class and box prediction convs, per level (a built model only).
+
+        This is what a TF-Hub feature-vector module of the model returns.
+        """
+        with tf.name_scope(""):
+            features = self.pyramid_features(images, training)
+            return (self.class_net.head_features(features, training),
+                    self.box_net.head_features(features, training))
 
     def build_variables(self) -> None:
         """Creates all variables with one forward pass on a small blank image.

@@ -50,7 +50,8 @@ class PredictionHead(keras.layers.Layer):
             kernel_initializer=keras.initializers.RandomNormal(stddev=0.01),
             bias_initializer=bias_initializer, dtype=self.dtype_policy)
 
-    def call(self, features: List[tf.Tensor], training=False) -> List[tf.Tensor]:
+    def head_features(self, features: List[tf.Tensor], training=False) -> List[tf.Tensor]:
+        """The shared convs and per-level BatchNorms: what the prediction conv sees, per level."""
         bn_mode = bn_training(training, self.config)
         survival_prob = self.config.survival_prob
         outputs = []
@@ -62,5 +63,8 @@ class PredictionHead(keras.layers.Layer):
                 # The released models use a residual only when survival_prob is set.
                 if i > 0 and survival_prob:
                     x = drop_connect(x, training, survival_prob) + residual
-            outputs.append(self.predict(x))
+            outputs.append(x)
         return outputs
+
+    def call(self, features: List[tf.Tensor], training=False) -> List[tf.Tensor]:
+        return [self.predict(x) for x in self.head_features(features, training)]

@@ -1,0 +1,1 @@
+"""Exports: TF-Hub feature modules and detection SavedModels for serving."""
