@@ -36,3 +36,10 @@ def tiny_config(model_name: str = "efficientdet-d0", **overrides):
     config = get_efficientdet_config(model_name)
     config.override(dict(dict(image_size=128, num_classes=4), **overrides))
     return config
+
+
+@pytest.fixture(scope="session")
+def two_cpu_strategy():
+    """One MirroredStrategy over the two logical CPUs for the whole session: separate
+    strategy objects in one process can collide on collective-op instance keys."""
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])

@@ -9,7 +9,7 @@ import tensorflow as tf
 from pycocotools.coco import COCO
 
 from conftest import REPO_ROOT
-from efficientdet_keras.cli.create_tfrecord import write_tfrecords
+from efficientdet_keras.data.tfrecord_writer import write_tfrecords
 from efficientdet_keras.data.records import load_coco_records, parse_tf_example
 from test_voc import TINY_VOC, make_voc_tree
 

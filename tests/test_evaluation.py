@@ -168,9 +168,9 @@ def test_auto_backend_prefers_faster_coco_eval():
     assert COCOEvaluator(label_map={1: "a"}).backend == "faster_coco_eval"
 
 
-def test_gather_across_replicas_collects_every_image():
+def test_gather_across_replicas_collects_every_image(two_cpu_strategy):
     from efficientdet_keras.evaluation import gather_across_replicas
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = two_cpu_strategy
     dataset = tf.data.Dataset.from_tensor_slices(tf.range(8, dtype=tf.int64)).batch(4)
     gathered = []
     for batch in strategy.experimental_distribute_dataset(dataset):

@@ -137,7 +137,8 @@ def test_survival_prob_adds_head_residuals():
         b.assign(a)
     out_plain = plain(x)[1][0].numpy()
     out_residual = residual(x)[1][0].numpy()
-    assert not np.allclose(out_plain, out_residual)
+    # Untrained outputs can be tiny, so compare relative to their size.
+    assert np.abs(out_plain - out_residual).max() > 1e-2 * np.abs(out_plain).max()
     # In inference mode drop-connect is off, so the output is deterministic.
     np.testing.assert_array_equal(out_residual, residual(x)[1][0].numpy())
 

@@ -92,7 +92,7 @@ def test_unwritable_model_dir(data, tmp_path):
 
 
 def test_batch_must_divide_among_replicas():
-    from efficientdet_keras.cli.train import FlagError, check_batch_divisible
+    from efficientdet_keras.training.runtime import check_batch_divisible
     check_batch_divisible(8, 2)
-    with pytest.raises(FlagError, match="--batch_size 6 is not divisible by the 4 replicas"):
+    with pytest.raises(ValueError, match="--batch_size 6 is not divisible by the 4 replicas"):
         check_batch_divisible(6, 4)

@@ -102,7 +102,7 @@ def test_gradient_clipping_by_global_norm(data):
     assert update == pytest.approx(1e-3, rel=1e-3)  # ...and the step is clipped to the limit.
 
 
-def test_two_replicas_make_the_same_update_as_one(data):
+def test_two_replicas_make_the_same_update_as_one(data, two_cpu_strategy):
     # BatchNorm in inference mode: per-replica batch statistics would differ by design.
     config = small_config(is_training_bn=False, moving_average_decay=0.0)
     batch = one_batch(config, data, batch_size=4)
@@ -111,7 +111,7 @@ def test_two_replicas_make_the_same_update_as_one(data):
     single.compile(optimizer=keras.optimizers.SGD(0.1))
     single_logs = single.train_on_batch(*batch, return_dict=True)
 
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = two_cpu_strategy
     with strategy.scope():
         mirrored = EfficientDetNetTrain(config)
         for v, value in zip(mirrored.variables, initial):

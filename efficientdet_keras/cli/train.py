@@ -98,13 +98,6 @@ def check_flags() -> None:
                 raise FlagError("--%s %r matches no file" % (name, pattern))
 
 
-def check_batch_divisible(batch_size: int, replicas: int) -> None:
-    """Each replica gets batch_size / replicas images; anything else is a flag error."""
-    if batch_size % replicas:
-        raise FlagError("--batch_size %d is not divisible by the %d replicas"
-                        % (batch_size, replicas))
-
-
 def build_config(demo_data=None):
     from efficientdet_keras import get_efficientdet_config
     config = get_efficientdet_config(FLAGS.model_name)
@@ -160,6 +153,7 @@ def train(config, train_source, val_source, val_json, strategy):
     from efficientdet_keras.training.callbacks import get_callbacks
     from efficientdet_keras.training.trainer import EfficientDetNetTrain
 
+    from efficientdet_keras.training.runtime import check_batch_divisible
     check_batch_divisible(config.batch_size, strategy.num_replicas_in_sync)
     examples = FLAGS.num_examples_per_epoch or count_examples(train_source)
     steps_per_epoch = config.get("steps_per_epoch") if FLAGS.demo else None

@@ -32,6 +32,13 @@ def get_strategy(name: str) -> tf.distribute.Strategy:
     return tf.distribute.TPUStrategy(resolver)
 
 
+def check_batch_divisible(batch_size: int, replicas: int) -> None:
+    """Each replica gets batch_size / replicas images; anything else is a ValueError."""
+    if batch_size % replicas:
+        raise ValueError("--batch_size %d is not divisible by the %d replicas"
+                         % (batch_size, replicas))
+
+
 @contextlib.contextmanager
 def run_settings(seed: Optional[int] = None, debug: bool = False):
     """Seeds Python, NumPy and TensorFlow; with debug, runs tf.functions eagerly and
