@@ -70,15 +70,17 @@ def test_hub_module_fine_tunes_through_the_cli(trained):
                   "--train_file_pattern=%s" % data.train_tfrecord,
                   "--val_file_pattern=%s" % data.val_tfrecord, "--val_json_file=%s" % data.val_json,
                   "--hparams=image_size=64,num_classes=5,map_freq=1,learning_rate=0.2",
-                  "--batch_size=4", "--num_examples_per_epoch=16", "--num_epochs=2",
+                  "--batch_size=4", "--num_examples_per_epoch=16", "--num_epochs=3",
                   "--tf_random_seed=3"])
     assert result.returncode == 0, result.stderr[-3000:]
-    losses = [float(x) for x in re.findall(r" - loss: ([0-9.]+)", result.stdout)]
-    assert len(losses) == 2 and losses[1] < losses[0], result.stdout[-3000:]
+    # The loss on the (fixed) validation images falls; epoch means of 4 augmented
+    # training batches are too noisy to compare.
+    losses = [float(x) for x in re.findall(r" - val_det_loss: ([0-9.]+)", result.stdout)]
+    assert len(losses) == 3 and losses[-1] < losses[0], result.stdout[-3000:]
     metrics = json.loads((run_dir / "coco_metrics.json").read_text())
-    assert "AP" in metrics["2"]
+    assert "AP" in metrics["3"]
     # New heads for 5 classes, named like the full model's; the module's weights moved.
-    reader = tf.train.load_checkpoint(str(run_dir / "ckpt-2"))
+    reader = tf.train.load_checkpoint(str(run_dir / "ckpt-3"))
     assert reader.get_variable_to_shape_map()["class_net/class-predict/bias"] == [9 * 5]
     original = tf.train.load_checkpoint(str(model_dir / "ckpt-1"))
     name = "efficientnet-b0/stem/conv2d/kernel"

@@ -1,5 +1,6 @@
 """What the command-line tools share: one-line errors and evaluation reports."""
 
+import os
 import sys
 
 # Errors caused by what the user gave (flags, files, data): reported in one line.
@@ -35,3 +36,13 @@ def watch_and_report(evaluation, model_dir: str, archive_keep: int, timeout=None
           else "Stopped before the final epoch's checkpoint.")
     if best is not None:
         print("Best checkpoint: %s (AP %.4f)" % (best["path"], best["AP"]))
+
+
+def load_run_config(model_dir: str, model_name: str, hparams: str):
+    """The config of a run: <model_dir>/config.yaml when the trainer wrote one, else the
+    family default of model_name; hparams overrides either."""
+    from efficientdet_keras import Config, get_efficientdet_config
+    config_path = os.path.join(model_dir, "config.yaml") if model_dir else ""
+    config = (Config.from_yaml(config_path) if config_path and os.path.exists(config_path)
+              else get_efficientdet_config(model_name))
+    return config.override(hparams)

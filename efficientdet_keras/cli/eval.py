@@ -23,7 +23,8 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 from absl import app, flags  # noqa: E402
 
-from efficientdet_keras.cli.common import print_evaluation, run_or_exit, watch_and_report  # noqa: E402,E501
+from efficientdet_keras.cli.common import (load_run_config, print_evaluation,  # noqa: E402
+                                           run_or_exit, watch_and_report)
 
 TOOL = "efficientdet-eval"
 FLAGS = flags.FLAGS
@@ -78,11 +79,7 @@ def nms_overrides():
 
 
 def load_config():
-    from efficientdet_keras import Config, get_efficientdet_config
-    config_path = os.path.join(FLAGS.model_dir, "config.yaml") if FLAGS.model_dir else ""
-    config = (Config.from_yaml(config_path) if config_path and os.path.exists(config_path)
-              else get_efficientdet_config(FLAGS.model_name))
-    config.override(FLAGS.hparams)
+    config = load_run_config(FLAGS.model_dir, FLAGS.model_name, FLAGS.hparams)
     config.nms_configs.override(nms_overrides())
     return config
 

@@ -11,13 +11,12 @@ exported when the checkpoint has them.
 """
 
 import os
-import sys
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 from absl import app, flags  # noqa: E402
 
-from efficientdet_keras.cli.common import run_or_exit  # noqa: E402
+from efficientdet_keras.cli.common import load_run_config, run_or_exit  # noqa: E402
 
 TOOL = "efficientdet-export"
 FLAGS = flags.FLAGS
@@ -32,11 +31,8 @@ flags.DEFINE_enum("format", "saved_model", ["saved_model", "hub"],
 
 def load_model_and_config(model_dir: str, ckpt: str, model_name: str, hparams: str):
     """The config (model_dir/config.yaml or model_name, plus hparams) and its restored model."""
-    from efficientdet_keras import Config, EfficientDetNet, get_efficientdet_config, restore_ckpt
-    config_path = os.path.join(model_dir, "config.yaml") if model_dir else ""
-    config = (Config.from_yaml(config_path) if config_path and os.path.exists(config_path)
-              else get_efficientdet_config(model_name))
-    config.override(hparams)
+    from efficientdet_keras import EfficientDetNet, restore_ckpt
+    config = load_run_config(model_dir, model_name, hparams)
     model = EfficientDetNet(config=config)
     restore_ckpt(model, ckpt or model_dir, use_ema=True, skip_mismatch=False)
     return model, config
