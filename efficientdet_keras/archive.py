@@ -20,6 +20,8 @@ from typing import Dict, List, Optional
 
 from absl import logging
 
+from efficientdet_keras.fileio import write_json_atomically
+
 ARCHIVE_JSON = "archive.json"
 
 
@@ -101,8 +103,5 @@ class CheckpointArchive:
             os.replace(target + "." + tag, target)
 
     def _write_json(self, entries: List[Dict]) -> None:
-        tmp = self.json_path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({"monitor": self.monitor, "mode": self.mode, "checkpoints": entries}, f,
-                      indent=1)
-        os.replace(tmp, self.json_path)
+        write_json_atomically(self.json_path, {"monitor": self.monitor, "mode": self.mode,
+                                               "checkpoints": entries})

@@ -15,7 +15,6 @@ from --model_name; --hparams overrides either. EMA weights are used when the
 checkpoint has them.
 """
 
-import json
 import os
 import sys
 
@@ -96,14 +95,8 @@ def build_evaluation(config):
                                 progress=FLAGS.progress)
 
 
-def write_json_atomically(path, data):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1)
-    os.replace(tmp, path)
-
-
 def evaluate_once(evaluation):
+    from efficientdet_keras.fileio import write_json_atomically
     checkpoint = FLAGS.ckpt or FLAGS.model_dir
     path, metrics, timing = evaluation.run(checkpoint)
     print_evaluation(path, metrics, timing)

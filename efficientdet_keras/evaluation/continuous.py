@@ -21,6 +21,7 @@ from efficientdet_keras.archive import CheckpointArchive
 from efficientdet_keras.checkpoint import restore_ckpt
 from efficientdet_keras.data.pipeline import InputPipeline
 from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
+from efficientdet_keras.fileio import write_json_atomically
 from efficientdet_keras.evaluation.runner import (EvaluationTiming, evaluate_dataset,
                                                   make_detect_fns)
 from efficientdet_keras.model import EfficientDetNet
@@ -78,13 +79,6 @@ class CheckpointEvaluation:
         return report.path, metrics, timing
 
 
-def _write_json_atomically(path: str, data) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1)
-    os.replace(tmp, path)
-
-
 def evaluate_continuously(evaluation: CheckpointEvaluation, model_dir: str,
                           archive_keep: int = 3, timeout: Optional[float] = None,
                           poll_seconds: float = 5.0,
@@ -123,7 +117,7 @@ def evaluate_continuously(evaluation: CheckpointEvaluation, model_dir: str,
             writer.flush()
             archive.consider(prefix, epoch, metrics)
             results[os.path.basename(prefix)] = dict(metrics, epoch=epoch)
-            _write_json_atomically(results_path, results)
+            write_json_atomically(results_path, results)
             last_new = time.time()
         finished = [value["epoch"] for value in results.values()]
         if finished and max(finished) >= final_epoch:

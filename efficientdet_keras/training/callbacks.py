@@ -11,7 +11,6 @@
 """
 
 import contextlib
-import json
 import os
 from typing import Dict, Optional
 
@@ -24,6 +23,7 @@ from efficientdet_keras.archive import CheckpointArchive
 from efficientdet_keras.checkpoint import save_ckpt
 from efficientdet_keras.evaluation.coco_evaluator import METRIC_NAMES, COCOEvaluator
 from efficientdet_keras.evaluation.runner import evaluate_dataset, make_detect_fns
+from efficientdet_keras.fileio import write_json_atomically
 from efficientdet_keras.postprocess import postprocess_detections
 
 
@@ -31,13 +31,6 @@ def ema_weights(model):
     """A context in which the model holds its EMA weights (if it keeps any)."""
     ema = getattr(model, "ema", None)
     return contextlib.nullcontext() if ema is None else ema.swapped_in()
-
-
-def _write_json_atomically(path: str, data) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1)
-    os.replace(tmp, path)
 
 
 class COCOCallback(keras.callbacks.Callback):
@@ -93,7 +86,7 @@ class COCOCallback(keras.callbacks.Callback):
                 logs["val_" + name] = value
         self.history[epoch + 1] = metrics
         if self.model_dir:
-            _write_json_atomically(os.path.join(self.model_dir, "coco_metrics.json"),
+            write_json_atomically(os.path.join(self.model_dir, "coco_metrics.json"),
                                    {str(k): v for k, v in self.history.items()})
 
 
