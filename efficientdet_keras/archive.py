@@ -8,7 +8,11 @@ Layout of `<model_dir>/archive/`:
 Files are copied under temporary names and renamed (data before index); the
 JSON is replaced atomically and only then are evicted checkpoints deleted. A
 crash at any point leaves every checkpoint listed in archive.json complete.
-The trainer's archiving callback and `efficientdet-eval --continuous` share it.
+The trainer's archiving callback and `efficientdet-eval --continuous` (or
+`efficientdet-train --mode=eval`) share one archive per model_dir, so both rank
+by the same key, ARCHIVE_MONITOR ("AP"): the trainer's callback translates its
+Keras log names (val_AP, val_AP50, ...) to the evaluator's (AP, AP50, ...).
+An archive.json ranked by another key or mode is an error naming the file.
 """
 
 import glob
@@ -23,6 +27,8 @@ from absl import logging
 from efficientdet_keras.fileio import write_json_atomically
 
 ARCHIVE_JSON = "archive.json"
+# The metric every writer of <model_dir>/archive ranks by (COCO AP of the EMA weights).
+ARCHIVE_MONITOR = "AP"
 
 
 class CheckpointArchive:
@@ -31,11 +37,12 @@ class CheckpointArchive:
     Args:
       archive_dir: usually <model_dir>/archive; created when needed.
       keep: how many checkpoints to keep.
-      monitor: the metric that ranks them, e.g. "AP" or "val_AP".
+      monitor: the metric that ranks them (a key of the metrics given to `consider`).
       mode: "max" (higher is better) or "min".
     """
 
-    def __init__(self, archive_dir: str, keep: int = 3, monitor: str = "AP", mode: str = "max"):
+    def __init__(self, archive_dir: str, keep: int = 3, monitor: str = ARCHIVE_MONITOR,
+                 mode: str = "max"):
         if mode not in ("max", "min"):
             raise ValueError("mode must be 'max' or 'min', got %r" % mode)
         if keep < 1:
@@ -48,11 +55,23 @@ class CheckpointArchive:
         return os.path.join(self.archive_dir, ARCHIVE_JSON)
 
     def entries(self) -> List[Dict]:
-        """Archived checkpoints, best first (empty when there is no archive yet)."""
+        """Archived checkpoints, best first (empty when there is no archive yet).
+
+        Raises:
+          ValueError naming archive.json when it ranks by another metric or mode.
+        """
         if not os.path.exists(self.json_path):
             return []
         with open(self.json_path) as f:
-            return json.load(f)["checkpoints"]
+            data = json.load(f)
+        if data.get("monitor") == "val_" + self.monitor:
+            data = _from_keras_log_names(data)  # Written by the trainer of version 0.1.
+        if (data.get("monitor"), data.get("mode")) != (self.monitor, self.mode):
+            raise ValueError("%s ranks checkpoints by %r (%s) but this run ranks by %r (%s); "
+                             "move that archive away or rank by the same metric"
+                             % (self.json_path, data.get("monitor"), data.get("mode"),
+                                self.monitor, self.mode))
+        return data["checkpoints"]
 
     def best(self) -> Optional[Dict]:
         """The best entry, with "path" set to its checkpoint prefix; None when empty."""
@@ -105,3 +124,17 @@ class CheckpointArchive:
     def _write_json(self, entries: List[Dict]) -> None:
         write_json_atomically(self.json_path, {"monitor": self.monitor, "mode": self.mode,
                                                "checkpoints": entries})
+
+
+def _from_keras_log_names(data: Dict) -> Dict:
+    """An archive.json ranked by a Keras log name ("val_AP") in the evaluator's names ("AP")."""
+    def strip(name):
+        return name[len("val_"):] if name.startswith("val_") else name
+    entries = []
+    for entry in data["checkpoints"]:
+        renamed = {strip(k): v for k, v in entry.items() if k != "metrics"}
+        # Keras logs mix training losses in; the archive keeps the validation metrics.
+        renamed["metrics"] = {strip(k): v for k, v in entry.get("metrics", {}).items()
+                              if k.startswith("val_")}
+        entries.append(renamed)
+    return dict(data, monitor=strip(data["monitor"]), checkpoints=entries)

@@ -173,10 +173,25 @@ class Config:
 
     @classmethod
     def from_yaml(cls, path: str) -> "Config":
-        """Reads a config written by `save_yaml` (a file, or a directory holding config.yaml)."""
+        """Reads a config written by `save_yaml` (a file, or a directory holding config.yaml).
+
+        Keys the package gained after the file was written take their defaults, so the
+        run directories of older versions still load; every key in the file is kept as is.
+        """
         if os.path.isdir(path):
             path = os.path.join(path, "config.yaml")
-        return cls(_read_yaml(path))
+        return cls(_fill_missing_keys(_read_yaml(path), default_config().as_dict()))
+
+
+def _fill_missing_keys(values: Dict[str, Any], defaults: Mapping[str, Any]) -> Dict[str, Any]:
+    """Adds to `values` (in place, nested) the keys of `defaults` it lacks."""
+    for key, default in defaults.items():
+        if key not in values:
+            values[key] = default
+        elif isinstance(default, Mapping) and isinstance(values[key], dict) and \
+                key not in _PLAIN_DICT_KEYS:
+            _fill_missing_keys(values[key], default)
+    return values
 
 
 def _int_or_str(key):
@@ -200,9 +215,29 @@ def _looks_like_yaml_path(text: str) -> bool:
     return text.endswith((".yaml", ".yml")) and "=" not in text
 
 
+# The YAML files shipped with the package (the checkout's top-level hparams/ links here).
+PACKAGED_HPARAMS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hparams")
+
+
+def resolve_hparams_file(path: str) -> str:
+    """`path` itself when it exists; a bare name such as "voc.yaml" that is not in the
+    working directory means the packaged file of that name.
+
+    Raises:
+      ValueError naming the path (and the packaged files) when neither exists.
+    """
+    if os.path.exists(path):
+        return path
+    packaged = os.path.join(PACKAGED_HPARAMS_DIR, path)
+    if os.path.dirname(path) == "" and os.path.exists(packaged):
+        return packaged
+    shipped = sorted(os.listdir(PACKAGED_HPARAMS_DIR)) if os.path.isdir(PACKAGED_HPARAMS_DIR) else []
+    raise ValueError("Config YAML file not found: %s (packaged files, usable by name: %s)"
+                     % (path, ", ".join(shipped) or "none"))
+
+
 def _read_yaml(path: str) -> Dict[str, Any]:
-    if not os.path.exists(path):
-        raise ValueError("Config YAML file not found: %s" % path)
+    path = resolve_hparams_file(path)
     with open(path) as f:
         try:
             data = yaml.safe_load(f)
@@ -340,7 +375,8 @@ def default_config() -> Config:
         pooling_type="max",
         act_type="swish",
         survival_prob=None,  # None: the backbone's own default; heads then skip drop-connect.
-        backbone_survival_prob=0.8,
+        # Backbone drop-connect; None: none for efficientnet-b0 (as released), 0.8 otherwise.
+        backbone_survival_prob=None,
         batch_norm_momentum=0.99,
         batch_norm_epsilon=1e-3,
         is_training_bn=True,
@@ -363,7 +399,9 @@ def default_config() -> Config:
         weight_decay=4e-5,
         # Optimisation.
         optimizer="sgd",
-        momentum=0.9,
+        momentum=0.9,  # SGD and RMSprop momentum; Adam's beta_1.
+        rmsprop_rho=0.9,  # RMSprop decay of the squared-gradient average (EfficientNet's 0.9).
+        rmsprop_epsilon=1e-3,  # RMSprop epsilon, inside the square root (EfficientNet's 0.001).
         learning_rate=0.08,  # For a global batch of 64; scaled linearly with the batch.
         lr_warmup_init=0.008,
         lr_warmup_epoch=1.0,
@@ -372,12 +410,13 @@ def default_config() -> Config:
         second_lr_drop_epoch=250.0,
         poly_lr_power=0.9,
         clip_gradients_norm=10.0,
+        clip_gradients_per_tensor=False,  # Also clip each gradient to clip_gradients_norm first.
         num_epochs=300,
         batch_size=64,  # Global batch.
         steps_per_epoch=None,  # Set by the train CLI from num_examples_per_epoch / batch_size.
         moving_average_decay=0.9998,
         var_freeze_expr=None,
-        var_exclude_expr=r".*/class-predict/.*",  # Skipped when fine-tuning from a checkpoint.
+        var_exclude_expr=None,  # Regex of variables load_pretrained leaves at their initial values.
         hub_module_url=None,  # A TF-Hub feature module to fine-tune (EfficientDetNetTrainHub).
         # Precision, compilation, distribution.
         mixed_precision=False,  # False, "float16", "bfloat16", or True (float16 on GPU, bfloat16 on TPU).
@@ -478,7 +517,21 @@ def validate_config(config: Config) -> Config:
           % (config.mixed_precision,))
     check(len(config.mean_rgb) in (1, 3) and len(config.stddev_rgb) in (1, 3),
           "mean_rgb and stddev_rgb need 1 or 3 values")
+    survival = config.backbone_survival_prob
+    check(survival is None or (_is_number(survival) and 0.0 < survival <= 1.0),
+          "backbone_survival_prob must be none or in (0, 1]; got %r" % (survival,))
+    check(_is_number(config.rmsprop_rho) and 0.0 <= config.rmsprop_rho < 1.0,
+          "rmsprop_rho must be in [0, 1); got %r" % (config.rmsprop_rho,))
+    check(_is_number(config.rmsprop_epsilon) and config.rmsprop_epsilon > 0,
+          "rmsprop_epsilon must be positive; got %r" % (config.rmsprop_epsilon,))
+    check(isinstance(config.clip_gradients_per_tensor, bool),
+          "clip_gradients_per_tensor must be true or false; got %r"
+          % (config.clip_gradients_per_tensor,))
     return config
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 # Names accepted for act_type; the functions live in model/layers.py.

@@ -25,6 +25,16 @@ def _normaliser(num_positives) -> tf.Tensor:
     return tf.reduce_sum(tf.cast(num_positives, tf.float32)) + 1.0
 
 
+def _box_normaliser(num_positives) -> tf.Tensor:
+    """4 * (positives + 1): the released recipe divides both box losses by this.
+
+    The Huber loss sums 4 coordinates per positive anchor; the IoU loss has one
+    term per anchor but keeps the same divisor, so `iou_loss_weight` means what
+    it meant in the released EfficientDet.
+    """
+    return 4.0 * _normaliser(num_positives)
+
+
 def focal_loss_per_element(logits, class_targets, num_classes: int, alpha: float, gamma: float,
                            label_smoothing: float = 0.0) -> tf.Tensor:
     """Un-normalised focal loss for every anchor and class.
@@ -106,7 +116,7 @@ class BoxLoss(keras.losses.Loss):
         quadratic = tf.minimum(error, self.delta)
         huber = 0.5 * quadratic ** 2 + self.delta * (error - quadratic)
         loss = tf.reduce_sum(huber * _positive_mask(class_targets))
-        return loss / (4.0 * _normaliser(num_positives))
+        return loss / _box_normaliser(num_positives)
 
     def get_config(self):
         return dict(super().get_config(), delta=self.delta)
@@ -151,7 +161,7 @@ def box_iou_terms(pred_boxes: tf.Tensor, target_boxes: tf.Tensor, iou_type: str)
 
 
 class IoULoss(keras.losses.Loss):
-    """1 - IoU (or GIoU, DIoU, CIoU) of decoded boxes of positive anchors, / (positives + 1).
+    """1 - IoU (or GIoU, DIoU, CIoU) of decoded boxes of positive anchors, / 4 * (positives + 1).
 
     Call as `loss((box_targets, class_targets, num_positives, anchors), box_outputs)`;
     box tensors `[B, H, W, A * 4]` (encoded), anchors `[H, W, A * 4]` or
@@ -174,7 +184,9 @@ class IoULoss(keras.losses.Loss):
         target = decode_boxes(_per_anchor(box_targets, class_targets), anchors)
         terms = box_iou_terms(pred, target, self.iou_type)
         positive = _positive_mask(class_targets)[..., 0]
-        return tf.reduce_sum((1.0 - terms) * positive) / _normaliser(num_positives)
+        # One term per anchor, yet divided by 4 * (positives + 1) like the box loss,
+        # as the released EfficientDet did (see _box_normaliser).
+        return tf.reduce_sum((1.0 - terms) * positive) / _box_normaliser(num_positives)
 
     def get_config(self):
         return dict(super().get_config(), iou_type=self.iou_type)

@@ -164,27 +164,29 @@ def postprocess_detections(config, class_outputs: Sequence[tf.Tensor],
     return detections
 
 
-def to_coco_rows(image_ids, detections: Detections) -> np.ndarray:
-    """COCO detection rows `[M, 7]`: image_id, x, y, width, height, score, class.
+class CocoRows(NamedTuple):
+    """Detections as COCO results, ids apart from the floats so they stay exact.
+
+    image_ids: int64 `[M]`, the image of each detection (any int64, also above 2^53).
+    rows: float64 `[M, 6]`: x, y, width, height, score, class (original pixels).
+    """
+    image_ids: np.ndarray
+    rows: np.ndarray
+
+
+def to_coco_rows(image_ids, detections: Detections) -> CocoRows:
+    """COCO detection rows of a batch, one per valid detection, in batch order.
 
     Args:
-      image_ids: `[B]` integers (kept int64 on the way; never cast to a float type
-        narrower than float64, so ids up to 2^53 stay exact).
+      image_ids: `[B]` int64 ids; they stay int64 (never pass through a float type).
       detections: from `postprocess_detections`, boxes in original pixels.
-
-    Returns:
-      float64 numpy array with one row per valid detection, in batch order.
     """
     ids = np.asarray(image_ids).astype(np.int64).reshape(-1)
     boxes = np.asarray(detections.boxes, dtype=np.float64)
     scores = np.asarray(detections.scores, dtype=np.float64)
-    classes = np.asarray(detections.classes, dtype=np.int64)
-    valid = np.asarray(detections.valid).reshape(-1)
-    rows: List[np.ndarray] = []
-    for i, image_id in enumerate(ids):
-        n = int(valid[i])
-        ymin, xmin, ymax, xmax = boxes[i, :n].T
-        rows.append(np.stack([np.full(n, image_id, np.float64), xmin, ymin, xmax - xmin,
-                              ymax - ymin, scores[i, :n], classes[i, :n].astype(np.float64)],
-                             axis=1))
-    return np.concatenate(rows, axis=0) if rows else np.zeros([0, 7])
+    classes = np.asarray(detections.classes, dtype=np.float64)
+    valid = np.asarray(detections.valid).reshape(-1).astype(np.int64)
+    keep = np.arange(boxes.shape[1])[np.newaxis, :] < valid[:, np.newaxis]  # [B, N]
+    ymin, xmin, ymax, xmax = np.moveaxis(boxes[keep], -1, 0)
+    rows = np.stack([xmin, ymin, xmax - xmin, ymax - ymin, scores[keep], classes[keep]], axis=1)
+    return CocoRows(np.repeat(ids, valid), rows.reshape(-1, 6))

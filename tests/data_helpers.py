@@ -44,3 +44,15 @@ def write_tfrecord(path, records):
             with open(record.path, "rb") as f:
                 writer.write(record_to_tf_example(record, f.read()).SerializeToString())
     return path
+
+
+def write_model_dir(model_dir, config):
+    """A run folder as the trainer leaves it: config.yaml and ckpt-1 of a freshly built
+    EfficientDetNet. Returns the model."""
+    from efficientdet_keras import EfficientDetNet, save_ckpt
+    os.makedirs(model_dir, exist_ok=True)
+    config.save_yaml(str(model_dir))
+    model = EfficientDetNet(config=config)
+    model.build_variables()
+    save_ckpt(model, os.path.join(str(model_dir), "ckpt-1"))
+    return model

@@ -135,3 +135,58 @@ def test_keras_save_weights_checkpoint_loads(tmp_path):
     assert len(report.loaded) == len(target.variables)
     for a, b in zip(source.variables, target.variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def synthetic_detector_keys(backbone, filters, cells, head_repeats):
+    """{key: shape} with the released layout's scopes, as infer_architecture reads them."""
+    shapes = {backbone + "/stem/conv2d/kernel": [3, 3, 3, 32], "resample_p6/bn/beta": [filters]}
+    for cell in range(cells):
+        shapes["fpn_cells/cell_%d/fnode0/op_after_combine5/bn/beta" % cell] = [filters]
+    for repeat in range(head_repeats):
+        shapes["class_net/class-%d/bias" % repeat] = [filters]
+        shapes["box_net/box-%d/bias" % repeat] = [filters]
+    return shapes
+
+
+@pytest.mark.parametrize("row,expected", [
+    (("efficientnet-b3", 160, 6, 4), "efficientdet-d3 (efficientnet-b3 backbone, 6 BiFPN cells "
+                                     "of 160 filters, 4 head repeats)"),
+    (("efficientnet-b6", 384, 8, 5), "efficientdet-d6 or efficientdet-d7 ("),
+    (("efficientnet-lite3", 200, 6, 4), "efficientdet-lite3x ("),
+    (("efficientnet-b0", 96, 3, 3), "an unlisted EfficientDet variant (efficientnet-b0 backbone, "
+                                    "3 BiFPN cells of 96 filters"),
+])
+def test_checkpoint_keys_name_the_model(row, expected):
+    from efficientdet_keras.checkpoint import infer_architecture
+    shapes = synthetic_detector_keys(*row)
+    shapes.update({key + EMA_SUFFIX: shape for key, shape in shapes.items()})
+    architecture = infer_architecture(shapes)
+    assert architecture.describe().startswith(expected)
+    assert not architecture.backbone_only
+
+
+def test_classification_keys_are_a_backbone_only_checkpoint():
+    from efficientdet_keras.checkpoint import infer_architecture
+    architecture = infer_architecture({"efficientnet-lite2/stem/conv2d/kernel": [3, 3, 3, 32],
+                                       "efficientnet-lite2/head/dense/kernel": [1280, 1000],
+                                       "global_step": []})
+    assert architecture.backbone_only
+    assert architecture.describe() == "an EfficientNet-lite2 classification checkpoint"
+
+
+def test_archive_directory_means_its_best_checkpoint(tmp_path):
+    from efficientdet_keras.archive import CheckpointArchive
+    from efficientdet_keras.checkpoint import resolve_checkpoint_path
+    model = EfficientDetNet(config=tiny_config(fpn_num_filters=16, fpn_cell_repeats=1,
+                                               box_class_repeats=1))
+    model.build_variables()
+    archive = CheckpointArchive(str(tmp_path / "archive"))
+    for epoch, ap in [(1, 0.2), (2, 0.6), (3, 0.4)]:
+        archive.consider(save_ckpt(model, str(tmp_path / ("ckpt-%d" % epoch))), epoch, {"AP": ap})
+    assert resolve_checkpoint_path(str(tmp_path)) == str(tmp_path / "ckpt-3")  # latest
+    assert resolve_checkpoint_path(str(tmp_path / "archive")) == str(tmp_path / "archive" / "ckpt-2")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "archive.json").write_text(
+        '{"monitor": "AP", "mode": "max", "checkpoints": []}')
+    with pytest.raises(FileNotFoundError, match="lists no checkpoint"):
+        resolve_checkpoint_path(str(tmp_path / "empty"))

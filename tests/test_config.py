@@ -189,3 +189,19 @@ def test_yaml_must_be_a_mapping(tmp_path):
         get_efficientdet_config("efficientdet-d0").override(str(path))
     with pytest.raises(ValueError, match="missing.yaml"):
         get_efficientdet_config("efficientdet-d0").override(str(tmp_path / "missing.yaml"))
+
+
+def test_run_config_of_an_older_version_gains_the_new_keys(tmp_path):
+    """A config.yaml written before a key existed loads with that key's default, nested too,
+    and keeps every value the file has."""
+    config = get_efficientdet_config("efficientdet-d1")
+    config.override("backbone_survival_prob=0.7,nms_configs.sigma=0.3")
+    saved = config.as_dict()
+    del saved["clip_gradients_per_tensor"], saved["rmsprop_rho"], saved["nms_configs"]["method"]
+    with open(tmp_path / "config.yaml", "w") as f:
+        yaml.safe_dump(saved, f)
+    loaded = Config.from_yaml(str(tmp_path))
+    assert loaded.clip_gradients_per_tensor is False and loaded.rmsprop_rho == 0.9
+    assert loaded.nms_configs.method == "gaussian" and loaded.nms_configs.sigma == 0.3
+    assert loaded.backbone_survival_prob == 0.7 and loaded.name == "efficientdet-d1"
+    assert loaded.as_dict() == config.as_dict()

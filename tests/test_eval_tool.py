@@ -1,5 +1,8 @@
+import glob
 import json
+import logging
 import os
+import shutil
 import subprocess
 import sys
 
@@ -12,6 +15,7 @@ from efficientdet_keras.checkpoint import variable_name
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
 
 EVAL_TOOL = os.path.join(REPO_ROOT, "tools", "eval.py")
+TRAIN_TOOL = os.path.join(REPO_ROOT, "tools", "train.py")
 
 
 @pytest.fixture(scope="module")
@@ -108,3 +112,80 @@ def test_archive_keeps_the_best_and_survives_reloads(tmp_path):
     assert reloaded.best()["metrics"]["val_AP50"] == pytest.approx(1.0)
     with pytest.raises(KeyError, match="val_AP"):
         archive.consider(prefix, 5, {"AP": 1.0})
+
+
+def copy_run(model_dir, target):
+    """config.yaml and the checkpoints of a run, without any evaluation results."""
+    target.mkdir()
+    for path in glob.glob(str(model_dir / "ckpt-*")) + [str(model_dir / "config.yaml")]:
+        shutil.copy(path, target)
+    return target
+
+
+def test_continuous_evaluation_skips_a_checkpoint_the_trainer_deleted(run_dir, tmp_path, caplog):
+    from efficientdet_keras import Config
+    from efficientdet_keras.data.pipeline import TFRecordSource
+    from efficientdet_keras.evaluation.continuous import (CheckpointEvaluation,
+                                                          evaluate_continuously)
+    model_dir, data = run_dir
+    model_dir = copy_run(model_dir, tmp_path / "run")
+    config = Config.from_yaml(str(model_dir / "config.yaml"))
+    evaluation = CheckpointEvaluation(config, TFRecordSource(data.val_tfrecord), data.val_json,
+                                      batch_size=6, backend="pycocotools", progress=False)
+    evaluate_checkpoint = evaluation.run
+
+    def run_after_rotation(prefix):  # The trainer deletes ckpt-1 after it was listed.
+        if prefix.endswith("ckpt-1"):
+            for path in glob.glob(prefix + ".*"):
+                os.remove(path)
+        return evaluate_checkpoint(prefix)
+
+    evaluation.run = run_after_rotation
+    with caplog.at_level(logging.WARNING):
+        best, finished = evaluate_continuously(evaluation, str(model_dir), timeout=30,
+                                               poll_seconds=0.1)
+    assert finished and best["name"] == "ckpt-2"
+    assert any("Skipping" in r.getMessage() and "ckpt-1" in r.getMessage() for r in caplog.records)
+    assert sorted(json.load(open(model_dir / "eval" / "metrics.json"))) == ["ckpt-2"]
+
+
+def test_train_eval_mode_follows_the_runs_config_and_stops_after_its_final_epoch(run_dir,
+                                                                                 tmp_path):
+    model_dir, data = run_dir
+    model_dir = copy_run(model_dir, tmp_path / "run")
+    # No --hparams or --num_epochs: the tiny model and num_epochs=2 come from config.yaml.
+    args = [sys.executable, TRAIN_TOOL, "--mode=eval", "--model_dir=%s" % model_dir,
+            "--val_file_pattern=%s" % data.val_tfrecord, "--val_json_file=%s" % data.val_json,
+            "--eval_timeout=120"]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Final epoch 2 evaluated" in result.stdout
+    assert sorted(json.load(open(model_dir / "eval" / "metrics.json"))) == ["ckpt-1", "ckpt-2"]
+
+
+def test_ids_that_do_not_match_the_json_stop_both_tools_before_any_work(run_dir, tmp_path):
+    model_dir, data = run_dir
+    groundtruth = json.load(open(data.val_json))
+    for image in groundtruth["images"]:  # Another numbering of the same images.
+        image["id"] = "val_%s.jpg" % image["id"]
+    other_json = tmp_path / "renumbered.json"
+    other_json.write_text(json.dumps(groundtruth))
+    train_dir = tmp_path / "train_run"
+    commands = {
+        "efficientdet-eval": [sys.executable, EVAL_TOOL, "--model_dir=%s" % model_dir,
+                              "--val_file_pattern=%s" % data.val_tfrecord,
+                              "--val_json_file=%s" % other_json],
+        "efficientdet-train": [sys.executable, TRAIN_TOOL, "--mode=traineval",
+                               "--model_dir=%s" % train_dir,
+                               "--train_file_pattern=%s" % data.train_tfrecord,
+                               "--val_file_pattern=%s" % data.val_tfrecord,
+                               "--val_json_file=%s" % other_json, "--hparams=image_size=64"],
+    }
+    for tool, args in commands.items():
+        result = subprocess.run(args, capture_output=True, text=True, timeout=300)
+        assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith(tool + ": 6 of 6 image ids of ") and str(other_json) in last
+        first_id = str(groundtruth["images"][0]["id"])
+        assert "'val_" in last and repr(first_id) in last, last
+    assert not glob.glob(str(train_dir / "ckpt-*")) and not (train_dir / "config.yaml").exists()

@@ -9,7 +9,7 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
 from efficientdet_keras.evaluation import METRIC_NAMES, COCOEvaluator, faster_coco_eval_available
-from efficientdet_keras.postprocess import Detections
+from efficientdet_keras.postprocess import CocoRows, Detections
 
 
 def random_case(seed, num_images=12, num_classes=5):
@@ -58,21 +58,23 @@ def pycocotools_stats(groundtruth, results):
     return dict(zip(METRIC_NAMES, evaluation.stats))
 
 
-def rows_from_results(results):
-    return np.array([[r["image_id"], *r["bbox"], r["score"], r["category_id"]] for r in results],
-                    np.float64).reshape(-1, 7)
+def rows_from_results(results, image_ids):
+    """The detections of `results` on the images `image_ids`, as add_detections takes them."""
+    chosen = [r for r in results if r["image_id"] in set(image_ids)]
+    return CocoRows(np.array([r["image_id"] for r in chosen], np.int64),
+                    np.array([[*r["bbox"], r["score"], r["category_id"]] for r in chosen],
+                             np.float64).reshape(-1, 6))
 
 
 def evaluate_from_file(tmp_path, groundtruth, results, backend):
     path = tmp_path / "gt.json"
     path.write_text(json.dumps(groundtruth))
     evaluator = COCOEvaluator(str(path), backend=backend)
-    rows = rows_from_results(results)
     ids = [im["id"] for im in groundtruth["images"]]
     for start in range(0, len(ids), 5):  # In batches, as an eval loop would.
         batch_ids = ids[start:start + 5]
         evaluator.add_detections(np.array(batch_ids, np.int64),
-                                 rows[np.isin(rows[:, 0].astype(np.int64), batch_ids)])
+                                 rows_from_results(results, batch_ids))
     return evaluator.result()
 
 
@@ -116,7 +118,6 @@ def test_groundtruth_from_batches_equals_groundtruth_from_file(tmp_path):
     expected = pycocotools_stats(groundtruth, results)
     evaluator = COCOEvaluator(label_map={c["id"]: c["name"] for c in groundtruth["categories"]},
                               backend="pycocotools")
-    rows = rows_from_results(results)
     scale = 2.0  # Pipeline boxes are in input pixels: original / image_scale.
     for image in groundtruth["images"]:
         anns = [a for a in groundtruth["annotations"] if a["image_id"] == image["id"]]
@@ -130,7 +131,7 @@ def test_groundtruth_from_batches_equals_groundtruth_from_file(tmp_path):
             classes[0, i], crowd[0, i], area[0, i] = a["category_id"], a["iscrowd"], a["area"]
         ids = np.array([image["id"]], np.int64)
         evaluator.add_groundtruth(ids, boxes, classes, crowd, area, image_scales=np.array([scale]))
-        evaluator.add_detections(ids, rows[rows[:, 0].astype(np.int64) == image["id"]])
+        evaluator.add_detections(ids, rows_from_results(results, [image["id"]]))
     got = evaluator.result()
     for name in METRIC_NAMES:
         assert got[name] == pytest.approx(expected[name], abs=1e-9), name

@@ -113,9 +113,33 @@ def test_iou_loss_on_positive_anchors():
     class_targets = tf.constant([[[[0, -1]]]])  # Only the first anchor is positive.
     loss = IoULoss("iou")((targets, class_targets, tf.constant([1.0]), anchors), outputs)
     expected_iou = 25.0 / 175.0
-    np.testing.assert_allclose(float(loss), (1 - expected_iou) / 2.0, rtol=1e-4)
+    # Divided by 4 * (positives + 1) = 8, as the released recipe does.
+    np.testing.assert_allclose(float(loss), (1 - expected_iou) / 8.0, rtol=1e-4)
     with pytest.raises(ValueError, match="giou"):
         IoULoss("aiou")
+
+
+def test_iou_loss_normalised_like_the_box_loss():
+    # Two images, one anchor each, one positive each. IoU 50/100 and 25/100 by hand;
+    # GIoU equals IoU here (the predictions lie inside the targets).
+    anchors = tf.constant([[[[0.0, 0.0, 10.0, 10.0]]]])  # [1, 1, 1, 4]
+    flat_anchors = tf.reshape(anchors, [1, 4])
+    target = encode_boxes(tf.constant([[0.0, 0.0, 10.0, 10.0]]), flat_anchors)
+    preds = [encode_boxes(tf.constant([box]), flat_anchors)
+             for box in ([0.0, 0.0, 10.0, 5.0], [0.0, 0.0, 5.0, 5.0])]
+    targets = tf.reshape(tf.concat([target, target], 0), [2, 1, 1, 4])
+    outputs = tf.reshape(tf.concat(preds, 0), [2, 1, 1, 4])
+    class_targets = tf.constant([[[[1]]], [[[0]]]])
+    y_true = (targets, class_targets, tf.constant([1.0, 1.0]), anchors)
+    expected = ((1 - 0.5) + (1 - 0.25)) / (4.0 * (2 + 1))  # = 1.25 / 12
+    for iou_type in ("iou", "giou"):
+        np.testing.assert_allclose(float(IoULoss(iou_type)(y_true, outputs)), expected, rtol=1e-5)
+    # The same divisor as the Huber box loss: 4 * (positives + 1).
+    huber_one_coordinate = 0.5 * 0.1 ** 2  # |error| = delta = 0.1 on one coordinate.
+    box_outputs = tf.constant([[[[0.1, 0.0, 0.0, 0.0]]], [[[0.0, 0.0, 0.0, 0.0]]]])
+    box = BoxLoss(delta=0.1)((tf.zeros([2, 1, 1, 4]), class_targets, tf.constant([1.0, 1.0])),
+                             box_outputs)
+    np.testing.assert_allclose(float(box), huber_one_coordinate / 12.0, rtol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16])

@@ -5,7 +5,7 @@ import tf_keras as keras
 
 from conftest import tiny_config
 from efficientdet_keras import EfficientDetNet, get_efficientdet_config
-from efficientdet_keras.backbone.efficientnet import block_specs
+from efficientdet_keras.backbone.efficientnet import EfficientNetBackbone, block_specs
 from efficientdet_keras.checkpoint import variable_name
 from efficientdet_keras.model.bifpn import bifpn_nodes
 
@@ -141,6 +141,39 @@ def test_survival_prob_adds_head_residuals():
     assert np.abs(out_plain - out_residual).max() > 1e-2 * np.abs(out_plain).max()
     # In inference mode drop-connect is off, so the output is deterministic.
     np.testing.assert_array_equal(out_residual, residual(x)[1][0].numpy())
+
+
+@pytest.mark.parametrize("name, last", [("efficientdet-d0", 1.0), ("efficientdet-d1", 0.8),
+                                        ("efficientdet-lite0", 0.8)])
+def test_backbone_survival_probs_follow_the_released_choice(name, last):
+    # The released EfficientDet turns drop-connect off for efficientnet-b0 only.
+    backbone = EfficientNetBackbone(tiny_config(name))
+    count = len(backbone.blocks)
+    expected = [1.0 - (1.0 - last) * i / count for i in range(count)]
+    assert backbone.survival_probs == pytest.approx(expected)
+    # An explicit value wins, b0 included.
+    explicit = EfficientNetBackbone(tiny_config(name, backbone_survival_prob=0.5))
+    assert explicit.survival_probs[-1] == pytest.approx(1.0 - 0.5 * (count - 1) / count)
+
+
+def test_d0_backbone_is_deterministic_in_training_and_d1_is_not():
+    images = tf.random.uniform([4, 64, 64, 3], seed=1)
+
+    def features_twice(name):
+        backbone = EfficientNetBackbone(tiny_config(name))
+        return [[f.numpy() for f in backbone(images, training=True)] for _ in range(2)]
+
+    first, second = features_twice("efficientdet-d0")
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(a, b)
+    first, second = features_twice("efficientdet-d1")
+    assert not all(np.array_equal(a, b) for a, b in zip(first, second))
+
+
+@pytest.mark.parametrize("value", [0.0, 1.5, "high"])
+def test_backbone_survival_prob_is_validated(value):
+    with pytest.raises(ValueError, match="backbone_survival_prob"):
+        EfficientDetNet(config=tiny_config(backbone_survival_prob=value))
 
 
 @pytest.mark.parametrize("precision,compute", [("bfloat16", "bfloat16"), ("float16", "float16")])

@@ -6,10 +6,11 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from conftest import tiny_config
+from conftest import HPARAMS_DIR, tiny_config
 from efficientdet_keras.training.optimizers import (
     DEFAULT_BATCH_SIZE, ConstantSchedule, CosineDecaySchedule, PolynomialSchedule,
-    StepwiseSchedule, get_optimizer, learning_rate_schedule, scaled_learning_rates)
+    StepwiseSchedule, clip_gradients, get_optimizer, learning_rate_schedule,
+    scaled_learning_rates)
 
 PEAK, INIT = 0.08, 0.008
 WARMUP, TOTAL, FIRST_DROP, SECOND_DROP, POWER = 10, 100, 60, 85, 0.9
@@ -51,13 +52,26 @@ def close(expected):
 METHODS = ["cosine", "stepwise", "polynomial", "constant"]
 
 
-@pytest.mark.parametrize("batch_size, peak, init", [(64, 0.08, 0.008), (8, 0.01, 0.001),
-                                                     (256, 0.32, 0.032)])
-def test_scaled_learning_rates(batch_size, peak, init):
+@pytest.mark.parametrize("batch_size, peak", [(64, 0.08), (8, 0.01), (256, 0.32)])
+def test_scaled_learning_rates(batch_size, peak):
+    # Only the peak follows the batch; the warm-up starts at lr_warmup_init as given.
     assert DEFAULT_BATCH_SIZE == 64
     got_peak, got_init = scaled_learning_rates(tiny_config(batch_size=batch_size))
     assert got_peak == pytest.approx(peak, rel=1e-12)
-    assert got_init == pytest.approx(init, rel=1e-12)
+    assert got_init == pytest.approx(0.008, rel=1e-12)
+
+
+@pytest.mark.parametrize("batch_size, rates", [
+    # (step 0, step 5 = mid-warm-up, step 9, step 10 = end of warm-up), worked out by hand:
+    # batch 8: peak 0.08 * 8 / 64 = 0.01, so 0.008 + 0.002 * t / 10.
+    (8, (0.008, 0.009, 0.0098, 0.01)),
+    # batch 128: peak 0.16, so 0.008 + 0.152 * t / 10.
+    (128, (0.008, 0.084, 0.1448, 0.16)),
+])
+def test_warmup_starts_unscaled_and_peaks_scaled(batch_size, rates):
+    schedule = learning_rate_schedule(tiny_config(batch_size=batch_size), steps_per_epoch=10)
+    assert schedule.warmup_steps == 10
+    assert [float(schedule(step)) for step in (0, 5, 9, 10)] == [close(r) for r in rates]
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -145,6 +159,19 @@ def test_total_not_after_warmup(method, total):
                            "constant": PEAK}[method])
 
 
+def test_demo_schedule_is_the_one_it_was_tuned_with():
+    # hparams/demo.yaml at batch 8: warm-up over 40 steps from 0.00025 to 0.0025, the rates
+    # it had when lr_warmup_init (then 0.002 per 64 images) was scaled with the batch.
+    from efficientdet_keras import get_efficientdet_config
+    config = get_efficientdet_config("efficientdet-d0").override(HPARAMS_DIR + "/demo.yaml")
+    schedule = learning_rate_schedule(config, config.steps_per_epoch)
+    assert (schedule.warmup_steps, schedule.total_steps) == (40, 240)
+    assert [float(schedule(step)) for step in (0, 20, 40)] == [
+        close(0.00025), close(0.001375), close(0.0025)]
+    adam = get_optimizer(config, config.steps_per_epoch)
+    assert adam.beta_1 == pytest.approx(0.9)  # momentum 0.9: Keras' default, as before.
+
+
 def test_learning_rate_schedule_from_config():
     config = tiny_config(batch_size=8, lr_warmup_epoch=1.5, num_epochs=3, first_lr_drop_epoch=2.0,
                          second_lr_drop_epoch=2.5, lr_decay_method="stepwise")
@@ -154,7 +181,7 @@ def test_learning_rate_schedule_from_config():
     assert (schedule.first_drop_step, schedule.second_drop_step) == (20, 25)
     for step in [0, 7, 15, 19, 20, 25, 40]:
         assert float(schedule(step)) == close(expected_lr(
-            "stepwise", step, peak=0.01, init=0.001, warmup=15, total=30, first=20, second=25))
+            "stepwise", step, peak=0.01, init=0.008, warmup=15, total=30, first=20, second=25))
 
     classes = dict(cosine=CosineDecaySchedule, polynomial=PolynomialSchedule,
                    constant=ConstantSchedule)
@@ -163,7 +190,7 @@ def test_learning_rate_schedule_from_config():
         schedule = learning_rate_schedule(config, steps_per_epoch=10)
         assert type(schedule) is cls
         assert float(schedule(22)) == close(expected_lr(
-            method, 22, peak=0.01, init=0.001, warmup=15, total=30, power=config.poly_lr_power))
+            method, 22, peak=0.01, init=0.008, warmup=15, total=30, power=config.poly_lr_power))
 
 
 def test_learning_rate_schedule_rejects_bad_input():
@@ -185,6 +212,18 @@ def test_get_optimizer_types(name, cls):
         assert optimizer.momentum == pytest.approx(0.8)
 
 
+def test_optimizers_carry_the_config_values():
+    adam = get_optimizer(tiny_config(optimizer="adam", momentum=0.8), steps_per_epoch=10)
+    assert adam.beta_1 == pytest.approx(0.8)  # The released trainer: beta_1 = momentum.
+    rmsprop = get_optimizer(tiny_config(optimizer="rmsprop", momentum=0.7, rmsprop_rho=0.95,
+                                        rmsprop_epsilon=0.01), steps_per_epoch=10)
+    assert (rmsprop.momentum, rmsprop.rho, rmsprop.epsilon) == (
+        pytest.approx(0.7), pytest.approx(0.95), pytest.approx(0.01))
+    # Defaults: EfficientNet's released RMSprop (decay 0.9, epsilon 0.001 inside the root).
+    default = get_optimizer(tiny_config(optimizer="rmsprop"), steps_per_epoch=10)
+    assert (default.rho, default.epsilon) == (pytest.approx(0.9), pytest.approx(1e-3))
+
+
 def test_optimizer_learning_rate_follows_schedule():
     # warmup 4 steps, total 12: the first applies walk up the warmup ramp.
     config = tiny_config(batch_size=32, lr_warmup_epoch=1.0, num_epochs=3)
@@ -196,11 +235,11 @@ def test_optimizer_learning_rate_follows_schedule():
         assert int(optimizer.iterations) == applied
         # The optimizer evaluates the schedule at the step it is about to take.
         seen.append(float(optimizer.learning_rate))
-    expected = [expected_lr("cosine", step, peak=0.04, init=0.004, warmup=4, total=12)
+    expected = [expected_lr("cosine", step, peak=0.04, init=0.008, warmup=4, total=12)
                 for step in range(8)]
     assert seen == [close(value) for value in expected]
     assert float(optimizer._learning_rate(optimizer.iterations)) == close(
-        expected_lr("cosine", 8, peak=0.04, init=0.004, warmup=4, total=12))
+        expected_lr("cosine", 8, peak=0.04, init=0.008, warmup=4, total=12))
 
 
 def test_get_optimizer_rejects_unknown_names():
@@ -218,3 +257,43 @@ def test_float16_wraps_in_loss_scale_optimizer():
     for precision in (False, "bfloat16"):
         plain = get_optimizer(tiny_config(mixed_precision=precision), steps_per_epoch=10)
         assert not isinstance(plain, keras.mixed_precision.LossScaleOptimizer)
+
+
+def _clipped(grads, clip_norm, per_tensor):
+    out = clip_gradients([None if g is None else tf.constant(g) for g in grads], clip_norm,
+                         per_tensor)
+    return [None if g is None else g.numpy().tolist() for g in out]
+
+
+def test_clip_gradients_global_norm_by_hand():
+    grads = [[3.0, 4.0], [0.0, 0.5], None]  # Norms 5 and 0.5; global sqrt(25.25).
+    scale = 1.0 / math.sqrt(25.25)
+    assert _clipped(grads, 1.0, per_tensor=False) == [
+        [close(3.0 * scale), close(4.0 * scale)], [0.0, close(0.5 * scale)], None]
+    for off in (None, 0.0, -1.0):
+        assert _clipped(grads, off, per_tensor=True) == [[3.0, 4.0], [0.0, 0.5], None]
+
+
+def test_clip_gradients_per_tensor_then_global_by_hand():
+    # Each tensor first: [3, 4] -> [0.6, 0.8]; [0, 0.5] stays. The global norm is then
+    # sqrt(1.25) > 1, so everything is scaled by 1 / sqrt(1.25).
+    scale = 1.0 / math.sqrt(1.25)
+    assert _clipped([[3.0, 4.0], [0.0, 0.5], None], 1.0, per_tensor=True) == [
+        [close(0.6 * scale), close(0.8 * scale)], [0.0, close(0.5 * scale)], None]
+    # Within both limits nothing changes.
+    assert _clipped([[0.3, 0.4], [0.0, 0.5]], 1.0, per_tensor=True) == [
+        [close(0.3), close(0.4)], [0.0, close(0.5)]]
+    # A precomputed global norm is ignored with per_tensor (the first clip changes it).
+    grads = [tf.constant([3.0, 4.0])]
+    out = clip_gradients(grads, 1.0, per_tensor=True, global_norm=tf.constant(100.0))
+    assert out[0].numpy().tolist() == [close(0.6), close(0.8)]
+
+
+@pytest.mark.parametrize("key, value", [("rmsprop_rho", 1.0), ("rmsprop_epsilon", 0.0),
+                                        ("clip_gradients_per_tensor", "yes")])
+def test_optimizer_keys_are_validated(key, value):
+    from efficientdet_keras import validate_config
+    config = tiny_config()
+    config[key] = value  # Direct assignment skips override's type coercion.
+    with pytest.raises(ValueError, match=key):
+        validate_config(config)

@@ -196,6 +196,40 @@ def test_list_of_patterns_and_sharding_by_input_context(tmp_path):
     assert not seen[0] & seen[1] and seen[0] | seen[1] == set(range(100, 108))
 
 
+class _SameRecordsForEveryPipeline:
+    """A source that ignores sharding: every pipeline reads the same records."""
+
+    def __init__(self, records):
+        self.inner = RecordsSource(records)
+
+    def raw_dataset(self, input_context, shuffle, seed):
+        return self.inner.raw_dataset(None, shuffle, seed)
+
+
+def test_augmentation_draws_differ_across_input_pipelines(tmp_path):
+    # One image only, so whatever differs between pipelines is the augmentation.
+    source = _SameRecordsForEveryPipeline(make_records(str(tmp_path), count=1))
+
+    def boxes_and_images(pipeline_id):
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline_id,
+                                             num_replicas_in_sync=2)
+        pipeline = InputPipeline(config(batch_size=8), source, is_training=True, seed=3)
+        batches = first_batches(pipeline(context), 2)
+        return (np.concatenate([b[1]["groundtruth_boxes"] for b in batches]),
+                np.concatenate([b[0] for b in batches]))
+
+    boxes_0, images_0 = boxes_and_images(0)
+    boxes_1, images_1 = boxes_and_images(1)
+    assert boxes_0.shape == (8, 100, 4)  # 2 batches of 4 (the per-replica share of 8).
+    assert not np.array_equal(boxes_0, boxes_1)
+    # Same element index, different pipeline: different flip, scale and crop.
+    assert all(not np.array_equal(a, b) for a, b in zip(boxes_0, boxes_1))
+    # The same pipeline id reproduces its draws exactly.
+    again_boxes, again_images = boxes_and_images(1)
+    np.testing.assert_array_equal(again_boxes, boxes_1)
+    np.testing.assert_array_equal(again_images, images_1)
+
+
 def test_images_follow_the_precision_policy(tmp_path):
     records = make_records(str(tmp_path), count=2)
     images, labels = next(iter(InputPipeline(config(mixed_precision="bfloat16"),

@@ -129,8 +129,10 @@ def test_coco_rows_keep_large_image_ids_exact():
         classes=tf.constant([[3, 0], [1, 2]]),
         valid=tf.constant([1, 2]))
     big_id = 2 ** 40 + 7  # Far beyond float16 (inf) and float32 (rounded) precision.
-    rows = to_coco_rows(tf.constant([big_id, 5], tf.int64), detections)
-    assert rows.dtype == np.float64 and rows.shape == (3, 7)
-    assert int(rows[0, 0]) == big_id
-    np.testing.assert_allclose(rows[0, 1:], [20.0, 10.0, 40.0, 20.0, 0.9, 3.0], rtol=1e-6)
-    np.testing.assert_allclose(rows[2], [5, 6.0, 5.0, 3.0, 2.0, 0.25, 2.0])
+    ids, rows = to_coco_rows(tf.constant([big_id, 5], tf.int64), detections)
+    assert ids.dtype == np.int64 and ids.tolist() == [big_id, 5, 5]
+    assert rows.dtype == np.float64 and rows.shape == (3, 6)
+    np.testing.assert_allclose(rows[0], [20.0, 10.0, 40.0, 20.0, 0.9, 3.0], rtol=1e-6)
+    np.testing.assert_allclose(rows[2], [6.0, 5.0, 3.0, 2.0, 0.25, 2.0])
+    top_id = 2 ** 63 - 1  # Not even float64 holds it; the int64 column does.
+    assert to_coco_rows(np.array([top_id, 1], np.int64), detections).image_ids[0] == top_id

@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -64,9 +65,11 @@ def test_traineval_writes_everything_and_resumes_after_a_kill(data, tmp_path):
     for epoch in (2, 3):
         assert (model_dir / ("ckpt-%d.index" % epoch)).exists()
     metrics = json.loads((model_dir / "coco_metrics.json").read_text())
-    assert {"2", "3"} <= set(metrics) and "AP_/circle" in metrics["3"]
+    # The resumed run keeps epoch 1's evaluation from before the kill.
+    assert sorted(metrics, key=int) == ["1", "2", "3"] and "AP_/circle" in metrics["3"]
+    assert "ema_loss" in metrics["3"]
     archive = json.loads((model_dir / "archive" / "archive.json").read_text())
-    assert archive["monitor"] == "val_AP" and 1 <= len(archive["checkpoints"]) <= 3
+    assert archive["monitor"] == "AP" and 1 <= len(archive["checkpoints"]) <= 3
     assert os.listdir(model_dir / "display")
     assert any(name.startswith("events.out") for _, _, files in os.walk(model_dir / "train")
                for name in files)
@@ -96,3 +99,21 @@ def test_batch_must_divide_among_replicas():
     check_batch_divisible(8, 2)
     with pytest.raises(ValueError, match="--batch_size 6 is not divisible by the 4 replicas"):
         check_batch_divisible(6, 4)
+
+
+def test_a_class_id_above_num_classes_stops_training_with_one_line(data, tmp_path):
+    # The synthetic records hold classes 1..4; the model is told there are 2.
+    env = dict(os.environ)
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # A user's shell: the tool quiets TensorFlow itself.
+    result = subprocess.run(
+        [sys.executable, TRAIN_TOOL, "--mode=train", "--model_dir=%s" % (tmp_path / "run"),
+         "--train_file_pattern=%s" % data.train_tfrecord,
+         "--hparams=%s" % SMALL.replace("num_classes=4", "num_classes=2"), "--batch_size=2",
+         "--num_examples_per_epoch=4", "--num_epochs=1"],
+        capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 1
+    # One line, the last (only the package's own INFO lines may come before it).
+    assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr
+    assert result.stderr.count("has class id") == 1
+    assert re.fullmatch(r"efficientdet-train: record source_id \d+ / \d+\.jpg has class id [34] "
+                        r"outside 1\.\.2 .*", result.stderr.strip().splitlines()[-1])

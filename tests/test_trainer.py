@@ -46,7 +46,7 @@ def test_compile_builds_optimizer_and_schedule_from_config():
     schedule = learning_rate_schedule(model.config, 10)
     assert isinstance(schedule, CosineDecaySchedule)
     assert float(model.optimizer.learning_rate) == pytest.approx(float(schedule(0)))
-    assert float(schedule(0)) == pytest.approx(0.008 * 4 / 64)  # Warm-up start, batch 4.
+    assert float(schedule(0)) == pytest.approx(0.008)  # Warm-up start, not scaled to batch 4.
     assert model.optimizer.momentum == pytest.approx(0.9)
     custom = keras.optimizers.Adam(1e-3)
     model.compile(optimizer=custom)

@@ -59,6 +59,11 @@ SCALING = {
 
 STEM_FILTERS = 32
 
+# Survival probability of the last block when `backbone_survival_prob` is None.
+DEFAULT_SURVIVAL_PROB = 0.8
+# The released EfficientDet turns drop-connect off for these backbones (D0's b0).
+NO_DROP_CONNECT_BACKBONES = ("efficientnet-b0",)
+
 
 def is_lite(backbone_name: str) -> bool:
     """Lite backbones drop squeeze-excite and keep the stem and first/last stage unscaled."""
@@ -76,6 +81,28 @@ def round_filters(filters: int, width_coefficient: float, divisor: int = 8) -> i
 
 def round_repeats(repeats: int, depth_coefficient: float) -> int:
     return int(math.ceil(depth_coefficient * repeats))
+
+
+def backbone_survival_prob(config) -> float:
+    """The survival probability of the last block: the config's, or the released default.
+
+    `config.backbone_survival_prob` None means 1.0 (no drop-connect) for the
+    backbones in NO_DROP_CONNECT_BACKBONES and DEFAULT_SURVIVAL_PROB for the rest.
+    """
+    value = config.backbone_survival_prob
+    if value is not None:
+        return float(value)
+    return 1.0 if config.backbone_name in NO_DROP_CONNECT_BACKBONES else DEFAULT_SURVIVAL_PROB
+
+
+def block_survival_probs(last_survival_prob: float, num_blocks: int) -> List[float]:
+    """Per-block survival probabilities: 1.0 for block 0, falling linearly towards the last.
+
+    Block i keeps its residual branch with probability
+    `1 - (1 - last_survival_prob) * i / num_blocks`.
+    """
+    drop_rate = 1.0 - last_survival_prob
+    return [1.0 - drop_rate * index / num_blocks for index in range(num_blocks)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,7 +235,8 @@ class EfficientNetBackbone(keras.layers.Layer):
     """EfficientNet feature extractor.
 
     Called on images `[B, H, W, 3]`, returns the feature maps at levels 1-5
-    (strides 2, 4, 8, 16, 32) as a list of 5 tensors.
+    (strides 2, 4, 8, 16, 32) as a list of 5 tensors. In training, residual
+    blocks use drop-connect with `survival_probs[i]` (see `backbone_survival_prob`).
     """
 
     def __init__(self, config, **kwargs):
@@ -221,16 +249,16 @@ class EfficientNetBackbone(keras.layers.Layer):
         self.stem = _Stem(stem_filters, config, name="stem", dtype=self.dtype_policy)
         self.blocks = [MBConvBlock(spec, config, name="blocks_%d" % i, dtype=self.dtype_policy)
                        for i, spec in enumerate(self.specs)]
+        self.survival_probs = tuple(block_survival_probs(backbone_survival_prob(config),
+                                                         len(self.blocks)))
         # A block ends a level when the next block downsamples (or it is the last).
         self.level_ends = [i for i in range(len(self.specs))
                            if i == len(self.specs) - 1 or self.specs[i + 1].stride > 1]
 
     def call(self, images, training=False):
-        drop_rate = 1.0 - self.config.backbone_survival_prob
         x = self.stem(images, training=training)
         features = []
-        for index, block in enumerate(self.blocks):
-            survival_prob = 1.0 - drop_rate * index / len(self.blocks)
+        for index, (block, survival_prob) in enumerate(zip(self.blocks, self.survival_probs)):
             x = block(x, training=training, survival_prob=survival_prob)
             if index in self.level_ends:
                 features.append(x)

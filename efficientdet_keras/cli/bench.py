@@ -19,15 +19,16 @@ import time
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-import tf_keras as keras  # noqa: E402
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
+
+from efficientdet_keras.cli.common import HPARAMS_HELP, run_app  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("what", "postprocess", ["postprocess", "pipeline", "eval", "train", "serve"],
                   "Which benchmark to run.")
 flags.DEFINE_integer("eval_images", 500, "eval: how many synthetic images to evaluate.")
 flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDet family.")
-flags.DEFINE_string("hparams", "", "Config overrides: 'k=v,k2=v2' or a YAML file path.")
+flags.DEFINE_string("hparams", "", HPARAMS_HELP)
 flags.DEFINE_integer("batch_size", 8, "Images per batch.")
 flags.DEFINE_integer("image_size", 512, "Square input size in pixels.")
 flags.DEFINE_integer("repeats", 10, "Timed runs per stage (after one warm-up run).")
@@ -175,18 +176,24 @@ def bench_eval(config) -> None:
               % (scoring["faster_coco_eval"] / scoring["pycocotools"]))
 
 
-class StepEndTimes(keras.callbacks.Callback):
-    """Records when each training batch ends."""
+def step_end_recorder():
+    """A Keras callback whose `ends` lists when each training batch ended (perf_counter)."""
+    import tf_keras as keras
 
-    def __init__(self):
-        super().__init__()
-        self.ends = []
+    class StepEndTimes(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.ends = []
 
-    def on_train_batch_end(self, batch, logs=None):
-        self.ends.append(time.perf_counter())
+        def on_train_batch_end(self, batch, logs=None):
+            self.ends.append(time.perf_counter())
+
+    return StepEndTimes()
 
 
 def bench_train(config) -> None:
+    import tf_keras as keras
+
     from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
     from efficientdet_keras.data.synthetic import write_synthetic_dataset
     from efficientdet_keras.training.trainer import EfficientDetNetTrain
@@ -208,7 +215,7 @@ def bench_train(config) -> None:
         start = time.perf_counter()
         model = EfficientDetNetTrain(run_config)
         model.compile(steps_per_epoch=steps)
-        recorder = StepEndTimes()
+        recorder = step_end_recorder()
         model.fit(dataset, epochs=1, steps_per_epoch=steps, callbacks=[recorder], verbose=0)
         step_times = [b - a for a, b in zip(recorder.ends[1:-1], recorder.ends[2:])]
         print("%-8s %20.1f s %22.2f" % ("on" if use_xla else "off", recorder.ends[0] - start,
@@ -258,7 +265,7 @@ def main(argv):
 
 
 def run():
-    app.run(main)
+    run_app(main, __name__)
 
 
 if __name__ == "__main__":

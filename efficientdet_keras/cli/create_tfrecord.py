@@ -27,9 +27,9 @@ from typing import Dict, Optional
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-from absl import app, flags, logging  # noqa: E402
+from absl import flags, logging  # noqa: E402
 
-from efficientdet_keras.data.tfrecord_writer import shard_paths, write_tfrecords  # noqa: E402
+from efficientdet_keras.cli.common import run_app  # noqa: E402
 
 TOOL = "efficientdet-create-tfrecord"
 
@@ -125,6 +125,7 @@ def main(argv):
         sys.exit("%s: %s" % (TOOL, problem))
 
     from efficientdet_keras.data.records import load_coco_records, records_to_coco
+    from efficientdet_keras.data.tfrecord_writer import shard_paths, write_tfrecords
     from efficientdet_keras.data.voc import VOC_LABEL_MAP, load_voc_records
 
     try:
@@ -163,7 +164,7 @@ def main(argv):
 
 
 def run():
-    app.run(main)
+    run_app(main, __name__)
 
 
 if __name__ == "__main__":

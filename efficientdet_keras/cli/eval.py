@@ -20,17 +20,19 @@ import sys
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
-from efficientdet_keras.cli.common import (load_run_config, print_evaluation,  # noqa: E402
-                                           run_or_exit, watch_and_report)
+from efficientdet_keras.cli.common import (HPARAMS_HELP, load_run_config,  # noqa: E402
+                                           print_evaluation, run_app, run_or_exit,
+                                           watch_and_report)
 
 TOOL = "efficientdet-eval"
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_name", "efficientdet-d0", "Model, when model_dir has no config.yaml.")
 flags.DEFINE_string("model_dir", "", "Training directory: its config.yaml and checkpoints.")
-flags.DEFINE_string("ckpt", "", "A checkpoint (prefix or directory); default: latest in model_dir.")
-flags.DEFINE_string("hparams", "", "Config overrides: 'k=v,k2=v2' or a YAML file path.")
+flags.DEFINE_string("ckpt", "", "A checkpoint: a prefix, a directory (its latest) or an archive directory "
+                    "(its best); default: latest in model_dir.")
+flags.DEFINE_string("hparams", "", HPARAMS_HELP)
 flags.DEFINE_string("val_file_pattern", "", "TFRecord pattern(s) of the evaluation images.")
 flags.DEFINE_string("val_json_file", "", "COCO ground-truth JSON. With --image_dir and no "
                     "--val_file_pattern it is also the image list. Without it, ground truth comes "
@@ -101,7 +103,9 @@ def evaluate_once(evaluation):
     path, metrics, timing = evaluation.run(checkpoint)
     print_evaluation(path, metrics, timing)
     if FLAGS.results_json:
-        write_json_atomically(FLAGS.results_json, evaluation.evaluator.detection_results())
+        # Image ids as --val_json_file spells them, so any COCO tool scores the file.
+        write_json_atomically(FLAGS.results_json,
+                              evaluation.evaluator.detection_results(original_ids=True))
         print("Detections written to %s" % FLAGS.results_json)
 
 
@@ -119,7 +123,7 @@ def main(argv):
 
 
 def run():
-    app.run(main)
+    run_app(main, __name__)
 
 
 if __name__ == "__main__":

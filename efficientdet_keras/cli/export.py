@@ -14,16 +14,18 @@ import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
-from efficientdet_keras.cli.common import load_run_config, run_or_exit  # noqa: E402
+from efficientdet_keras.cli.common import (HPARAMS_HELP, load_run_config, run_app,  # noqa: E402
+                                           run_or_exit)
 
 TOOL = "efficientdet-export"
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_name", "efficientdet-d0", "Model, when model_dir has no config.yaml.")
 flags.DEFINE_string("model_dir", "", "Training directory (config.yaml and checkpoints).")
-flags.DEFINE_string("ckpt", "", "Checkpoint prefix or directory (default: latest in model_dir).")
-flags.DEFINE_string("hparams", "", "Config overrides: 'k=v,k2=v2' or a YAML file path.")
+flags.DEFINE_string("ckpt", "", "Checkpoint prefix, directory (its latest) or archive directory (its "
+                    "best); default: latest in model_dir.")
+flags.DEFINE_string("hparams", "", HPARAMS_HELP)
 flags.DEFINE_string("export_dir", "", "Where the SavedModel is written (replaced atomically).")
 flags.DEFINE_enum("format", "saved_model", ["saved_model", "hub"],
                   "saved_model: the detector for serving; hub: a TF-Hub feature module.")
@@ -60,7 +62,7 @@ def main(argv):
 
 
 def run():
-    app.run(main)
+    run_app(main, __name__)
 
 
 if __name__ == "__main__":

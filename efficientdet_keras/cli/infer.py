@@ -15,9 +15,9 @@ import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
-from efficientdet_keras.cli.common import run_or_exit  # noqa: E402
+from efficientdet_keras.cli.common import HPARAMS_HELP, run_app, run_or_exit  # noqa: E402
 
 TOOL = "efficientdet-infer"
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
@@ -26,7 +26,7 @@ flags.DEFINE_string("saved_model_dir", "", "A detection SavedModel from efficien
 flags.DEFINE_string("model_dir", "", "Or a training directory (config.yaml and checkpoints).")
 flags.DEFINE_string("ckpt", "", "Or a checkpoint (with --model_name / --hparams).")
 flags.DEFINE_string("model_name", "efficientdet-d0", "Model, when there is no config.yaml.")
-flags.DEFINE_string("hparams", "", "Config overrides for checkpoints.")
+flags.DEFINE_string("hparams", "", HPARAMS_HELP)
 flags.DEFINE_string("input", "", "An image file, a folder of images, or a glob pattern.")
 flags.DEFINE_string("output_dir", "", "Where annotated images and detections.json go.")
 flags.DEFINE_float("score_threshold", 0.3, "Draw and report detections at least this confident.")
@@ -131,7 +131,7 @@ def main(argv):
 
 
 def run():
-    app.run(main)
+    run_app(main, __name__)
 
 
 if __name__ == "__main__":

@@ -9,11 +9,13 @@ import sys
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
+
+from efficientdet_keras.cli.common import HPARAMS_HELP, run_app  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDet family.")
-flags.DEFINE_string("hparams", "", "Config overrides: 'k=v,k2=v2' or a YAML file path.")
+flags.DEFINE_string("hparams", "", HPARAMS_HELP)
 flags.DEFINE_string("ckpt", "", "Optional checkpoint (released or own) to load first.")
 
 
@@ -62,7 +64,7 @@ def main(argv):
 
 
 def run():
-    app.run(main)
+    run_app(main, __name__)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@
   efficientdet-train --mode=traineval --model_name=efficientdet-d0 --model_dir=runs/d0 \\
       --train_file_pattern='tfrecord/train-*' --val_file_pattern='tfrecord/val-*' \\
       --val_json_file=val.json --num_examples_per_epoch=5717 --batch_size=8 \\
-      --hparams=hparams/voc.yaml --pretrained_ckpt=efficientdet-d0/
+      --hparams=voc.yaml --pretrained_ckpt=efficientdet-d0/
 
 Running the same command again resumes from the last epoch (weights, optimizer
 state and EMA). The config actually used is saved as <model_dir>/config.yaml.
@@ -18,20 +18,20 @@ import sys
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
-from efficientdet_keras.cli.common import print_evaluation, run_or_exit, watch_and_report  # noqa: E402,E501
+from efficientdet_keras.cli.common import (HPARAMS_HELP, load_run_config,  # noqa: E402
+                                           print_evaluation, run_app, run_or_exit,
+                                           watch_and_report)
 
 TOOL = "efficientdet-train"
-REPO_HPARAMS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "hparams")
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("mode", "traineval", ["train", "traineval", "eval"],
                   "train; train with COCO evaluation and archiving; or continuous evaluation.")
 flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDet family.")
 flags.DEFINE_string("model_dir", "", "Where checkpoints, logs and config.yaml go.")
-flags.DEFINE_string("hparams", "", "Config overrides: 'k=v,k2=v2' or a YAML file path.")
+flags.DEFINE_string("hparams", "", HPARAMS_HELP)
 flags.DEFINE_string("train_file_pattern", "", "TFRecord pattern(s) of the training data.")
 flags.DEFINE_string("val_file_pattern", "", "TFRecord pattern(s) of the validation data.")
 flags.DEFINE_string("val_json_file", "", "COCO JSON ground truth of the validation data "
@@ -44,8 +44,8 @@ flags.DEFINE_integer("num_epochs", None, "Epochs (default: the config's).")
 flags.DEFINE_integer("num_examples_per_epoch", None, "Images per epoch (default: count them).")
 flags.DEFINE_integer("eval_samples", None, "Evaluate on at most this many images.")
 flags.DEFINE_integer("steps_per_execution", None, "Steps per tf.function call (default: config).")
-flags.DEFINE_string("pretrained_ckpt", "", "Released or own checkpoint to start from; heads "
-                    "are skipped when the class count differs.")
+flags.DEFINE_string("pretrained_ckpt", "", "Released or own checkpoint to start from (its EMA "
+                    "values); the class head is skipped when the class count differs.")
 flags.DEFINE_string("hub_module_url", "", "Fine-tune a TF-Hub feature module (a path, file:// "
                     "or hub URL) with new prediction heads.")
 flags.DEFINE_enum("strategy", "", ["", "gpus", "multi-worker", "tpu"],
@@ -55,8 +55,13 @@ flags.DEFINE_string("mixed_precision", None, "false, float16, bfloat16 or true (
 flags.DEFINE_integer("tf_random_seed", None, "Seed for repeatable runs.")
 flags.DEFINE_bool("debug", False, "Run eagerly and check tensors for NaN and inf.")
 flags.DEFINE_bool("profile", False, "Profile steps 2-4 into TensorBoard.")
-flags.DEFINE_bool("demo", False, "Train on the built-in synthetic dataset with hparams/demo.yaml.")
+flags.DEFINE_bool("demo", False, "Train on the built-in synthetic dataset with the packaged "
+                  "hparams/demo.yaml.")
+flags.DEFINE_integer("demo_images", 1000, "--demo: synthetic training images (a tenth as many, "
+                     "at least one, for validation).", lower_bound=1)
 flags.DEFINE_integer("archive_keep", 3, "How many best checkpoints to keep in model_dir/archive.")
+flags.DEFINE_integer("eval_timeout", 0, "--mode=eval: stop after this many seconds without a new "
+                     "checkpoint (0: wait until the final epoch's checkpoint).")
 
 
 class FlagError(ValueError):
@@ -101,8 +106,9 @@ def check_flags() -> None:
 def build_config(demo_data=None):
     from efficientdet_keras import get_efficientdet_config
     config = get_efficientdet_config(FLAGS.model_name)
-    if FLAGS.demo:
-        config.override(os.path.join(REPO_HPARAMS, "demo.yaml"))
+    if FLAGS.demo:  # The packaged file, whatever the working directory holds.
+        from efficientdet_keras.config import PACKAGED_HPARAMS_DIR
+        config.override(os.path.join(PACKAGED_HPARAMS_DIR, "demo.yaml"))
     config.override(FLAGS.hparams)
     overrides = {"batch_size": FLAGS.batch_size, "num_epochs": FLAGS.num_epochs,
                  "steps_per_execution": FLAGS.steps_per_execution, "jit_compile": FLAGS.use_xla,
@@ -140,14 +146,21 @@ def count_examples(source) -> int:
 
 
 def continuous_eval(config, val_source, val_json):
+    """--mode=eval: evaluates each checkpoint of the run in model_dir until its final epoch.
+
+    The run's own config.yaml (written by the trainer) wins over the flags when it
+    exists, so the model and the final epoch are the run's.
+    """
     from efficientdet_keras.evaluation.continuous import CheckpointEvaluation
-    evaluation = CheckpointEvaluation(config, val_source, val_json, batch_size=config.batch_size,
+    if os.path.exists(os.path.join(FLAGS.model_dir, "config.yaml")):
+        config = load_run_config(FLAGS.model_dir, FLAGS.model_name, FLAGS.hparams)
+    evaluation = CheckpointEvaluation(config, val_source, val_json,
+                                      batch_size=FLAGS.batch_size or config.batch_size,
                                       max_images=FLAGS.eval_samples)
-    watch_and_report(evaluation, FLAGS.model_dir, FLAGS.archive_keep)
+    watch_and_report(evaluation, FLAGS.model_dir, FLAGS.archive_keep, FLAGS.eval_timeout or None)
 
 
 def train(config, train_source, val_source, val_json, strategy):
-    from efficientdet_keras import restore_ckpt
     from efficientdet_keras.data.pipeline import InputPipeline
     from efficientdet_keras.evaluation import COCOEvaluator
     from efficientdet_keras.training.callbacks import get_callbacks
@@ -168,9 +181,7 @@ def train(config, train_source, val_source, val_json, strategy):
         else:
             model = EfficientDetNetTrain(config)
         if FLAGS.pretrained_ckpt:
-            restore_ckpt(model, FLAGS.pretrained_ckpt, exclude=config.var_exclude_expr)
-            if model.ema is not None:
-                model.ema.reset_to_model()  # Average from the loaded weights, not the random ones.
+            model.load_pretrained(FLAGS.pretrained_ckpt)  # EMA values; the average restarts there.
         model.compile(steps_per_epoch=steps_per_epoch)
 
     train_pipeline = InputPipeline(config, train_source, is_training=True,
@@ -222,9 +233,14 @@ def train_or_evaluate():
     if FLAGS.demo:
         from efficientdet_keras.data.synthetic import write_synthetic_dataset
         demo_data = write_synthetic_dataset(os.path.join(FLAGS.model_dir, "synthetic"),
-                                            num_train=1000, num_val=100, image_size=256)
+                                            num_train=FLAGS.demo_images,
+                                            num_val=max(1, FLAGS.demo_images // 10),
+                                            image_size=256)
     config = build_config(demo_data)
     train_source, val_source, val_json = make_sources(demo_data)
+    if FLAGS.mode == "traineval" and val_json:  # Before any training (eval mode checks too).
+        from efficientdet_keras.evaluation import check_source_ids_match
+        check_source_ids_match(val_source, val_json)
     with run_settings(FLAGS.tf_random_seed, FLAGS.debug):
         if FLAGS.mode == "eval":
             continuous_eval(config, val_source, val_json)
@@ -233,7 +249,7 @@ def train_or_evaluate():
 
 
 def run():
-    app.run(main)
+    run_app(main, __name__)
 
 
 if __name__ == "__main__":

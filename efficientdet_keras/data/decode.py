@@ -20,6 +20,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from efficientdet_keras.data.image_ids import image_id_to_int64
+
 
 class DataHealth:
     """Thread-safe counters of what decoding skipped or repaired.
@@ -76,8 +78,9 @@ def _clean_numpy(encoded, path, source_id, filename, boxes, boxes_normalized, cl
                  area, num_classes: int, max_instances: int, health: DataHealth):
     """The Python body of `decode_and_clean` (runs inside tf.py_function)."""
     name = _record_name(source_id.numpy(), filename.numpy(), path.numpy())
+    image_id = np.int64(image_id_to_int64(source_id.numpy()))
     empty = (np.zeros([0, 0, 3], np.uint8), np.zeros([0, 4], np.float32), np.zeros([0], np.int32),
-             np.zeros([0], bool), np.zeros([0], np.float32), False)
+             np.zeros([0], bool), np.zeros([0], np.float32), image_id, False)
     try:
         data = encoded.numpy() or tf.io.read_file(path).numpy()
         image = tf.io.decode_image(data, channels=3, expand_animations=False).numpy()
@@ -122,14 +125,7 @@ def _clean_numpy(encoded, path, source_id, filename, boxes, boxes_normalized, cl
         is_crowd, area = is_crowd[:max_instances], area[:max_instances]
     pixel_area = (boxes[:, 2] - boxes[:, 0]) * height * (boxes[:, 3] - boxes[:, 1]) * width
     area = np.where(area > 0, area, pixel_area).astype(np.float32)
-    return image, boxes, classes.astype(np.int32), is_crowd, area, True
-
-
-def image_id_from_source_id(source_id: tf.Tensor) -> tf.Tensor:
-    """int64 image id: the number itself when source_id is numeric, else a stable hash."""
-    numeric = tf.strings.regex_full_match(source_id, "[0-9]{1,18}")
-    return tf.cond(numeric, lambda: tf.strings.to_number(source_id, tf.int64),
-                   lambda: tf.strings.to_hash_bucket_fast(source_id, 2 ** 62))
+    return image, boxes, classes.astype(np.int32), is_crowd, area, image_id, True
 
 
 def decode_and_clean(raw: Dict[str, tf.Tensor], num_classes: int, max_instances: int,
@@ -141,20 +137,23 @@ def decode_and_clean(raw: Dict[str, tf.Tensor], num_classes: int, max_instances:
       boxes: float32 [N, 4] normalised [ymin, xmin, ymax, xmax], clipped, non-empty
       classes: int32 [N] in 1..num_classes
       is_crowd: bool [N]; area: float32 [N] (original pixels^2)
-      source_id: string; image_id: int64; ok: bool (false: skip this example)
+      source_id: string; ok: bool (false: skip this example)
+      image_id: int64, `data.image_ids.image_id_to_int64(source_id)` (computed in Python:
+        the same rule the evaluator applies to ground-truth JSON ids)
     """
     outputs = tf.py_function(
         lambda *args: _clean_numpy(*args, num_classes=num_classes, max_instances=max_instances,
                                    health=health),
         [raw["encoded"], raw["path"], raw["source_id"], raw["filename"], raw["boxes"],
          raw["boxes_normalized"], raw["classes"], raw["is_crowd"], raw["area"]],
-        [tf.uint8, tf.float32, tf.int32, tf.bool, tf.float32, tf.bool])
-    image, boxes, classes, is_crowd, area, ok = outputs
+        [tf.uint8, tf.float32, tf.int32, tf.bool, tf.float32, tf.int64, tf.bool])
+    image, boxes, classes, is_crowd, area, image_id, ok = outputs
     image.set_shape([None, None, 3])
     boxes.set_shape([None, 4])
     for tensor in (classes, is_crowd, area):
         tensor.set_shape([None])
+    image_id.set_shape([])
     ok.set_shape([])
     return {"image": image, "boxes": boxes, "classes": classes, "is_crowd": is_crowd,
             "area": area, "source_id": raw["source_id"],
-            "image_id": image_id_from_source_id(raw["source_id"]), "ok": ok}
+            "image_id": image_id, "ok": ok}

@@ -88,6 +88,13 @@ def make_source(file_pattern: str = None, coco_json: str = None, image_dir: str 
     raise ValueError("No input data: give a TFRecord file pattern or a COCO JSON with images")
 
 
+def _pipeline_position(input_context: Optional[tf.distribute.InputContext]):
+    """(number of input pipelines, this pipeline's id): (1, 0) without a context."""
+    if input_context is None:
+        return 1, 0
+    return input_context.num_input_pipelines, input_context.input_pipeline_id
+
+
 class InputPipeline:
     """Builds the training or evaluation tf.data pipeline for one config and source.
 
@@ -122,9 +129,13 @@ class InputPipeline:
         batch_size = self.batch_size
         if input_context is not None:
             batch_size = input_context.get_per_replica_batch_size(self.batch_size)
+        num_pipelines, pipeline_id = _pipeline_position(input_context)
         dataset = self.source.raw_dataset(input_context, self.is_training, self.seed)
         if self.is_training:
-            dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=self.seed, reshuffle_each_iteration=True)
+            # Each pipeline shuffles its own way (pipeline 0 as a lone pipeline would).
+            shuffle_seed = None if self.seed is None else self.seed + pipeline_id
+            dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=shuffle_seed,
+                                      reshuffle_each_iteration=True)
             dataset = dataset.repeat()
         config = self.config
         dataset = dataset.map(
@@ -133,9 +144,12 @@ class InputPipeline:
             num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         dataset = dataset.filter(lambda example: example["ok"])
         # The element index seeds each example's augmentation (stateless, repeatable).
+        # Numbering elements across pipelines (index * num_pipelines + pipeline_id)
+        # gives every replica and worker its own draws; one pipeline counts 0, 1, 2, ...
         dataset = dataset.enumerate()
-        dataset = dataset.map(self._prepare, num_parallel_calls=tf.data.AUTOTUNE,
-                              deterministic=True)
+        dataset = dataset.map(
+            lambda index, example: self._prepare(index * num_pipelines + pipeline_id, example),
+            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         dataset = dataset.batch(batch_size, drop_remainder=self.is_training)
         options = tf.data.Options()
         options.deterministic = self.seed is not None or not self.is_training
@@ -148,7 +162,10 @@ class InputPipeline:
         return (image - mean) / stddev
 
     def _prepare(self, index: tf.Tensor, example):
-        """Augments, resizes, normalises and labels one decoded example."""
+        """Augments, resizes, normalises and labels one decoded example.
+
+        `index` (int64 scalar) with the seed picks the augmentation draws.
+        """
         config = self.config
         image, boxes = example["image"], example["boxes"]
         classes, is_crowd, area = example["classes"], example["is_crowd"], example["area"]

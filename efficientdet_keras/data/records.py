@@ -26,11 +26,18 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from efficientdet_keras.data.image_ids import ImageId, image_id_to_int64
+
 
 @dataclasses.dataclass
 class ImageRecord:
-    """One annotated image on disk. Boxes are [ymin, xmin, ymax, xmax] in pixels."""
-    image_id: int
+    """One annotated image on disk. Boxes are [ymin, xmin, ymax, xmax] in pixels.
+
+    image_id is the id as the dataset spells it (an int, or a string such as
+    "000123" or "img_a.jpg"); it becomes the source_id text, and evaluation maps
+    it to int64 with `data.image_ids.image_id_to_int64`.
+    """
+    image_id: ImageId
     path: str
     height: int
     width: int
@@ -50,15 +57,13 @@ def empty_annotations():
             np.zeros([0], np.float32))
 
 
-def load_coco_records(annotation_file: str, image_dir: str) -> List[ImageRecord]:
-    """Reads a COCO instances JSON into ImageRecords (images without annotations included).
-
-    COCO boxes [x, y, w, h] become [ymin, xmin, ymax, xmax]. Category ids are
-    kept as they are (COCO's 1..90); see `data.label_maps` to remap.
+def read_coco_json(annotation_file: str) -> dict:
+    """Loads a COCO instances JSON and checks what every reader relies on.
 
     Raises:
-      FileNotFoundError naming the file; ValueError naming the key or image id
-      for malformed JSON.
+      FileNotFoundError naming the file; ValueError naming the file and the key or
+      image id for malformed JSON, an image without "id", or an image id that
+      appears twice (or two ids that map to one int64, like "0123" and 123).
     """
     if not os.path.exists(annotation_file):
         raise FileNotFoundError("COCO annotation file not found: %s" % annotation_file)
@@ -70,9 +75,48 @@ def load_coco_records(annotation_file: str, image_dir: str) -> List[ImageRecord]
     for key in ("images", "annotations"):
         if key not in data:
             raise ValueError("%s has no %r list; is it a COCO instances file?" % (annotation_file, key))
+    coco_image_ids(data, annotation_file)
+    return data
+
+
+def coco_image_ids(data: dict, annotation_file: str) -> Dict[int, ImageId]:
+    """{int64 image id: the id as the JSON spells it} for the images of a COCO dict.
+
+    Raises:
+      ValueError naming the file and the id for an image without "id" or a duplicate id.
+    """
+    ids: Dict[int, ImageId] = {}
+    for image in data["images"]:
+        if "id" not in image:
+            raise ValueError("%s: image entry %r lacks key 'id'" % (annotation_file, image))
+        try:
+            number = image_id_to_int64(image["id"])
+        except ValueError as e:
+            raise ValueError("%s: %s" % (annotation_file, e)) from None
+        if number in ids:
+            same = ("" if ids[number] == image["id"] else
+                    " (as %r, which maps to the same int64 %d)" % (ids[number], number))
+            raise ValueError("%s: image id %r appears twice%s; image ids must be unique"
+                             % (annotation_file, image["id"], same))
+        ids[number] = image["id"]
+    return ids
+
+
+def load_coco_records(annotation_file: str, image_dir: str) -> List[ImageRecord]:
+    """Reads a COCO instances JSON into ImageRecords (images without annotations included).
+
+    COCO boxes [x, y, w, h] become [ymin, xmin, ymax, xmax]. Category ids are
+    kept as they are (COCO's 1..90); see `data.label_maps` to remap. Image ids are
+    kept as the file spells them (int or string).
+
+    Raises:
+      FileNotFoundError naming the file; ValueError naming the key or image id
+      for malformed JSON or duplicate image ids.
+    """
+    data = read_coco_json(annotation_file)
     by_image: Dict[int, list] = {}
     for ann in data["annotations"]:
-        by_image.setdefault(ann["image_id"], []).append(ann)
+        by_image.setdefault(image_id_to_int64(ann["image_id"]), []).append(ann)
     records = []
     for image in data["images"]:
         try:
@@ -80,7 +124,7 @@ def load_coco_records(annotation_file: str, image_dir: str) -> List[ImageRecord]
             height, width = int(image["height"]), int(image["width"])
         except KeyError as e:
             raise ValueError("%s: image entry %r lacks key %s" % (annotation_file, image, e)) from None
-        anns = by_image.get(image_id, [])
+        anns = by_image.get(image_id_to_int64(image_id), [])
         if anns:
             xywh = np.array([a["bbox"] for a in anns], np.float32).reshape(-1, 4)
             boxes = np.stack([xywh[:, 1], xywh[:, 0], xywh[:, 1] + xywh[:, 3],
@@ -91,9 +135,14 @@ def load_coco_records(annotation_file: str, image_dir: str) -> List[ImageRecord]
                             np.float32)
         else:
             boxes, classes, is_crowd, area = empty_annotations()
-        records.append(ImageRecord(int(image_id), os.path.join(image_dir, file_name), height, width,
-                                   boxes, classes, is_crowd, area))
+        records.append(ImageRecord(_json_id(image_id), os.path.join(image_dir, file_name), height,
+                                   width, boxes, classes, is_crowd, area))
     return records
+
+
+def _json_id(image_id: ImageId) -> ImageId:
+    """An id as JSON can hold it: a Python int, or the string unchanged."""
+    return image_id if isinstance(image_id, str) else int(image_id)
 
 
 def records_to_coco(records: Sequence[ImageRecord], label_map: Dict[int, str]) -> dict:
@@ -104,11 +153,11 @@ def records_to_coco(records: Sequence[ImageRecord], label_map: Dict[int, str]) -
     images, annotations = [], []
     next_ann_id = 1
     for record in records:
-        images.append({"id": int(record.image_id), "file_name": record.filename,
+        images.append({"id": _json_id(record.image_id), "file_name": record.filename,
                        "height": int(record.height), "width": int(record.width)})
         for box, cls, crowd, area in zip(record.boxes, record.classes, record.is_crowd, record.area):
             ymin, xmin, ymax, xmax = (float(v) for v in box)
-            annotations.append({"id": next_ann_id, "image_id": int(record.image_id),
+            annotations.append({"id": next_ann_id, "image_id": _json_id(record.image_id),
                                 "category_id": int(cls), "iscrowd": int(bool(crowd)),
                                 "bbox": [xmin, ymin, xmax - xmin, ymax - ymin],
                                 "area": float(area) if area > 0 else (xmax - xmin) * (ymax - ymin)})

@@ -3,5 +3,7 @@
 from efficientdet_keras.evaluation.coco_evaluator import (METRIC_NAMES, COCOEvaluator,
                                                           faster_coco_eval_available,
                                                           gather_across_replicas)
+from efficientdet_keras.evaluation.id_check import check_source_ids_match
 
-__all__ = ["COCOEvaluator", "METRIC_NAMES", "faster_coco_eval_available", "gather_across_replicas"]
+__all__ = ["COCOEvaluator", "METRIC_NAMES", "check_source_ids_match",
+           "faster_coco_eval_available", "gather_across_replicas"]

@@ -7,20 +7,26 @@
     metrics = evaluator.result()     # {"AP": ..., "AP50": ..., ..., "AP_/person": ...}
 
 Every image the evaluator has seen counts, with or without detections. Image
-ids stay exact integers. Two scoring backends give the same numbers:
-pycocotools (the reference) and faster-coco-eval (used when installed).
+ids are int64 end to end (never floats): the pipeline's `source_ids`, the id
+column of the detections and, through `data.image_ids.image_id_to_int64`, the ids
+of a ground-truth JSON (integers, numeric strings or other strings alike), so
+ids up to 2^63 - 1 and hashed string ids match exactly. Two scoring backends give
+the same numbers: pycocotools (the reference) and faster-coco-eval (used when
+installed).
 """
 
 import contextlib
 import copy
 import io
-import json
 from typing import Dict, List, Mapping, Optional
 
 import numpy as np
 from absl import logging
 
-from efficientdet_keras.postprocess import Detections, to_coco_rows
+from efficientdet_keras.data.image_ids import ImageId, image_id_to_int64
+from efficientdet_keras.data.records import coco_image_ids, read_coco_json
+from efficientdet_keras.evaluation.id_check import check_ids_match
+from efficientdet_keras.postprocess import CocoRows, Detections, to_coco_rows
 
 METRIC_NAMES = ("AP", "AP50", "AP75", "APs", "APm", "APl",
                 "ARmax1", "ARmax10", "ARmax100", "ARs", "ARm", "ARl")
@@ -63,9 +69,9 @@ class COCOEvaluator:
         self.verbose = verbose
         self.annotation_file = annotation_file
         self._file_groundtruth = None
+        self._file_ids: Dict[int, ImageId] = {}
         if annotation_file:
-            with open(annotation_file) as f:
-                self._file_groundtruth = json.load(f)
+            self._file_groundtruth, self._file_ids = load_groundtruth_file(annotation_file)
             if label_map is None:
                 label_map = {c["id"]: c["name"] for c in self._file_groundtruth.get("categories", [])}
         self.label_map = dict(label_map) if label_map else None
@@ -73,21 +79,25 @@ class COCOEvaluator:
 
     def reset(self) -> None:
         """Forgets all detections and batch ground truth (for the next epoch)."""
-        self._detections: List[np.ndarray] = []
+        self._detections: List[CocoRows] = []
         self._images: Dict[int, dict] = {}
         self._annotations: List[dict] = []
         self._evaluated_ids: List[int] = []
 
     # --- accumulation ----------------------------------------------------------
-    def add_detections(self, image_ids, rows: np.ndarray) -> None:
-        """Adds COCO rows [image_id, x, y, w, h, score, class] for the images `image_ids`.
+    def add_detections(self, image_ids, detections: CocoRows) -> None:
+        """Adds the detections of the images `image_ids` (int64 `[B]`).
 
         `image_ids` lists every image of the batch, so images without detections count.
+        `detections` holds int64 ids `[M]` and float rows `[M, 6]` (see `to_coco_rows`).
         """
-        self._evaluated_ids.extend(int(i) for i in _numpy(image_ids).reshape(-1))
-        rows = np.asarray(rows, np.float64).reshape(-1, 7)
+        self._evaluated_ids.extend(int(i) for i in _numpy(image_ids).astype(np.int64).reshape(-1))
+        ids = np.asarray(detections.image_ids)
+        if ids.dtype != np.int64:  # A float id column would have rounded ids above 2^53.
+            raise TypeError("Detection image ids must be int64, got %s" % ids.dtype)
+        rows = np.asarray(detections.rows, np.float64).reshape(-1, 6)
         if len(rows):
-            self._detections.append(rows)
+            self._detections.append(CocoRows(ids.reshape(-1), rows))
 
     def add_groundtruth(self, image_ids, boxes, classes, is_crowd=None, area=None,
                         image_scales=None) -> None:
@@ -137,6 +147,10 @@ class COCOEvaluator:
         """The COCO ground-truth dict that will be scored (restricted to evaluated images)."""
         if self._file_groundtruth is not None:
             evaluated = set(self._evaluated_ids)
+            # Images missing from the file would be dropped without a word (or fail
+            # pycocotools when they have detections).
+            check_ids_match(sorted(evaluated), self.annotation_file, "the evaluated images",
+                            self._file_ids)
             data = copy.copy(self._file_groundtruth)
             data["images"] = [im for im in data["images"] if im["id"] in evaluated]
             data["annotations"] = [a for a in data["annotations"] if a["image_id"] in evaluated]
@@ -148,11 +162,22 @@ class COCOEvaluator:
         return {"images": list(self._images.values()), "annotations": list(self._annotations),
                 "categories": categories}
 
-    def detection_results(self) -> List[dict]:
-        """Detections as a COCO results list (what test-dev submissions hold)."""
-        rows = np.concatenate(self._detections) if self._detections else np.zeros([0, 7])
-        return [{"image_id": int(r[0]), "bbox": [float(r[1]), float(r[2]), float(r[3]), float(r[4])],
-                 "score": float(r[5]), "category_id": int(r[6])} for r in rows]
+    def detection_results(self, original_ids: bool = False) -> List[dict]:
+        """Detections as a COCO results list (what test-dev submissions hold).
+
+        Args:
+          original_ids: give each image id as the annotation file spells it (e.g. the
+            string "img_a.jpg"), so the list scores against that file with any COCO tool.
+            Default: the int64 ids the evaluator scores with.
+        """
+        results = []
+        for chunk in self._detections:
+            for image_id, row in zip(chunk.image_ids.tolist(), chunk.rows.tolist()):
+                if original_ids:
+                    image_id = self._file_ids.get(image_id, image_id)
+                results.append({"image_id": image_id, "bbox": row[:4], "score": row[4],
+                                "category_id": int(row[5])})
+        return results
 
     def result(self) -> Dict[str, float]:
         """Scores everything added since the last reset.
@@ -209,6 +234,24 @@ class COCOEvaluator:
             name = self.label_map.get(category_id, str(category_id))
             out["AP_/%s" % name] = float(values.mean()) if values.size else -1.0
         return out
+
+
+def load_groundtruth_file(annotation_file: str):
+    """A COCO ground-truth JSON with every image id mapped to int64 (Python ints).
+
+    Returns:
+      (the COCO dict with int64 "id" / "image_id" values,
+       {int64 id: the id as the file spells it}).
+    Raises:
+      ValueError naming the file and the id for duplicate or malformed ids.
+    """
+    data = read_coco_json(annotation_file)
+    original_ids = coco_image_ids(data, annotation_file)
+    data = dict(data)
+    data["images"] = [dict(image, id=image_id_to_int64(image["id"])) for image in data["images"]]
+    data["annotations"] = [dict(ann, image_id=image_id_to_int64(ann["image_id"]))
+                           for ann in data["annotations"]]
+    return data, original_ids
 
 
 def _silent(*args, **kwargs):

@@ -3,8 +3,10 @@
 `CheckpointEvaluation` builds the model, data and evaluator once and scores any
 checkpoint; `evaluate_continuously` watches a model dir for ckpt-<epoch>
 checkpoints, scores each once (with EMA weights when present), writes the
-metrics to TensorBoard and eval/metrics.json, keeps the best in the archive,
-and stops after the final epoch's checkpoint. Both `efficientdet-eval` and
+metrics to TensorBoard and eval/metrics.json, keeps the best in the archive
+(shared with the trainer, ranked by "AP"), skips a checkpoint that the
+trainer's rotation deleted before it was read, and stops after the final
+epoch's checkpoint. Both `efficientdet-eval` and
 `efficientdet-train --mode=eval` use it.
 """
 
@@ -17,10 +19,11 @@ from typing import Callable, Dict, List, Optional
 import tensorflow as tf
 from absl import logging
 
-from efficientdet_keras.archive import CheckpointArchive
+from efficientdet_keras.archive import ARCHIVE_MONITOR, CheckpointArchive
 from efficientdet_keras.checkpoint import restore_ckpt
 from efficientdet_keras.data.pipeline import InputPipeline
 from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
+from efficientdet_keras.evaluation.id_check import check_source_ids_match
 from efficientdet_keras.fileio import write_json_atomically
 from efficientdet_keras.evaluation.runner import (EvaluationTiming, evaluate_dataset,
                                                   make_detect_fns)
@@ -52,11 +55,17 @@ class CheckpointEvaluation:
       source: a data source (TFRecordSource, CocoSource, ...).
       annotation_file: COCO ground-truth JSON; None takes ground truth from the data.
       batch_size, max_images, backend, use_ema, progress: evaluation settings.
+
+    Raises:
+      ValueError (one line, before any model is built) when some image of `source`
+      is not in `annotation_file`.
     """
 
     def __init__(self, config, source, annotation_file: Optional[str] = None,
                  batch_size: int = 8, max_images: Optional[int] = None, backend: str = "auto",
                  use_ema: bool = True, progress: bool = True):
+        if annotation_file:
+            check_source_ids_match(source, annotation_file)
         self.config = config
         self.pipeline = InputPipeline(config, source, is_training=False, batch_size=batch_size)
         label_map = config.label_map if isinstance(config.label_map, dict) else None
@@ -79,6 +88,18 @@ class CheckpointEvaluation:
         return report.path, metrics, timing
 
 
+# What reading a checkpoint raises when its files vanish underneath.
+_CHECKPOINT_GONE = (FileNotFoundError, tf.errors.NotFoundError, tf.errors.DataLossError)
+
+
+def _skip_if_deleted(prefix: str, error: Exception, before: str) -> None:
+    """Warns when the checkpoint is gone (the trainer's rotation); re-raises otherwise."""
+    if os.path.exists(prefix + ".index"):
+        raise error
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    logging.warning("Skipping %s: the trainer deleted it before %s (%s)", prefix, before, reason)
+
+
 def evaluate_continuously(evaluation: CheckpointEvaluation, model_dir: str,
                           archive_keep: int = 3, timeout: Optional[float] = None,
                           poll_seconds: float = 5.0,
@@ -87,7 +108,9 @@ def evaluate_continuously(evaluation: CheckpointEvaluation, model_dir: str,
 
     Results go to model_dir/eval (TensorBoard scalars coco/<metric> and
     metrics.json, which a restarted evaluator reads to skip finished work) and
-    the best `archive_keep` checkpoints by AP to model_dir/archive.
+    the best `archive_keep` checkpoints by AP to model_dir/archive. A checkpoint
+    that disappears before it is read (the trainer keeps only its latest few) is
+    skipped with a warning.
 
     Returns:
       (best archive entry with "path" or None, whether the final epoch was evaluated).
@@ -99,7 +122,8 @@ def evaluate_continuously(evaluation: CheckpointEvaluation, model_dir: str,
     if os.path.exists(results_path):
         with open(results_path) as f:
             results = json.load(f)
-    archive = CheckpointArchive(os.path.join(model_dir, "archive"), keep=archive_keep, monitor="AP")
+    archive = CheckpointArchive(os.path.join(model_dir, "archive"), keep=archive_keep,
+                                monitor=ARCHIVE_MONITOR)
     writer = tf.summary.create_file_writer(eval_dir)
     final_epoch = int(evaluation.config.num_epochs)
     last_new = time.time()
@@ -108,14 +132,21 @@ def evaluate_continuously(evaluation: CheckpointEvaluation, model_dir: str,
             if os.path.basename(prefix) in results:
                 continue
             epoch = checkpoint_epoch(prefix)
-            _, metrics, timing = evaluation.run(prefix)
+            try:
+                _, metrics, timing = evaluation.run(prefix)
+            except _CHECKPOINT_GONE as e:
+                _skip_if_deleted(prefix, e, "it could be evaluated")
+                continue
             if on_result is not None:
                 on_result(prefix, metrics, timing)
             with writer.as_default(step=epoch):
                 for name, value in metrics.items():
                     tf.summary.scalar("coco/" + name, value)
             writer.flush()
-            archive.consider(prefix, epoch, metrics)
+            try:
+                archive.consider(prefix, epoch, metrics)
+            except _CHECKPOINT_GONE as e:
+                _skip_if_deleted(prefix, e, "it could be archived")
             results[os.path.basename(prefix)] = dict(metrics, epoch=epoch)
             write_json_atomically(results_path, results)
             last_new = time.time()

@@ -6,7 +6,7 @@ benchmark, so "evaluate a model" means one thing everywhere.
 
 import dataclasses
 import time
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 import tensorflow as tf
 import tf_keras as keras
@@ -35,7 +35,8 @@ def make_detect_fns(model, config, nms_overrides: Optional[dict] = None):
 
 def evaluate_dataset(model, dataset: tf.data.Dataset, config, evaluator: COCOEvaluator,
                      max_images: Optional[int] = None, nms_overrides: Optional[dict] = None,
-                     progress: bool = True, detect_fns=None):
+                     progress: bool = True, detect_fns=None,
+                     on_batch: Optional[Callable[[Dict, list, list], None]] = None):
     """Evaluates `model` on a dataset of (images, labels) batches from InputPipeline.
 
     Args:
@@ -43,6 +44,8 @@ def evaluate_dataset(model, dataset: tf.data.Dataset, config, evaluator: COCOEva
       nms_overrides: NMS settings that replace config.nms_configs keys.
       progress: show a Keras progress bar.
       detect_fns: (forward, postprocess) from `make_detect_fns`, to reuse traced functions.
+      on_batch: called as on_batch(labels, class_outputs, box_outputs) after each
+        batch's forward pass, so e.g. losses come from the same pass (not timed).
 
     Returns:
       (metrics dict from evaluator.result(), EvaluationTiming). The evaluator is
@@ -66,6 +69,8 @@ def evaluate_dataset(model, dataset: tf.data.Dataset, config, evaluator: COCOEva
         detections = tf.nest.map_structure(lambda t: t.numpy(), detections)
         end = time.perf_counter()
         evaluator.add_batch(labels, detections)
+        if on_batch is not None:
+            on_batch(labels, class_outputs, box_outputs)
         timing.network += middle - start
         timing.postprocess += end - middle
         timing.images += int(images.shape[0])

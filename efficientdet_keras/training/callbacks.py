@@ -3,14 +3,18 @@
 - COCOCallback: COCO evaluation with the EMA weights every map_freq epochs (and
   at the last), written into Keras `logs` as val_AP, val_AP50, ... so that
   ModelCheckpoint, EarlyStopping, ReduceLROnPlateau and TensorBoard see them,
-  plus a JSON file with per-class AP.
+  plus val_ema_loss (and val_ema_cls_loss, ...): the validation loss of the EMA
+  weights from the same forward pass (Keras' own val_loss uses the raw weights).
+  All evaluations go to model_dir/coco_metrics.json, which a resumed run extends.
 - CheckpointCallback: a name-based checkpoint (raw and EMA weights, the
-  released layout) at every epoch end, and the best-k archive by a metric.
+  released layout) at every epoch end, and the best-k archive by a metric
+  (val_AP, stored as "AP" in the archive it shares with the continuous evaluator).
 - DisplayCallback: the current detections drawn on a few validation images,
   to TensorBoard and PNG files.
 """
 
 import contextlib
+import json
 import os
 from typing import Dict, Optional
 
@@ -19,12 +23,21 @@ import tensorflow as tf
 import tf_keras as keras
 from absl import logging
 
-from efficientdet_keras.archive import CheckpointArchive
+from efficientdet_keras.archive import ARCHIVE_MONITOR, CheckpointArchive
 from efficientdet_keras.checkpoint import save_ckpt
 from efficientdet_keras.evaluation.coco_evaluator import METRIC_NAMES, COCOEvaluator
 from efficientdet_keras.evaluation.runner import evaluate_dataset, make_detect_fns
 from efficientdet_keras.fileio import write_json_atomically
 from efficientdet_keras.postprocess import postprocess_detections
+
+
+_VAL_PREFIX = "val_"
+
+
+def validation_metrics(logs) -> Dict[str, float]:
+    """The scalar "val_" entries of Keras logs, named without the prefix (val_AP -> AP)."""
+    return {key[len(_VAL_PREFIX):]: float(value) for key, value in logs.items()
+            if key.startswith(_VAL_PREFIX) and np.ndim(value) == 0}
 
 
 def ema_weights(model):
@@ -33,8 +46,40 @@ def ema_weights(model):
     return contextlib.nullcontext() if ema is None else ema.swapped_in()
 
 
+class EvaluationLosses:
+    """Mean detection losses over the batches of an evaluation, from its forward passes.
+
+    Called as (labels, class_outputs, box_outputs) per batch (the `on_batch` of
+    `evaluate_dataset`); `result(reg_l2_loss)` gives {"loss", "det_loss", "cls_loss",
+    "box_loss", ("iou_loss",) "reg_l2_loss"}: per-batch means, like Keras' val_loss,
+    with loss = det_loss + reg_l2_loss as in the trainer's test_step.
+    """
+
+    def __init__(self, detection_loss):
+        self._loss = tf.function(detection_loss)
+        self._sums: Dict[str, float] = {}
+        self._batches = 0
+
+    def __call__(self, labels, class_outputs, box_outputs) -> None:
+        for name, value in self._loss(labels, class_outputs, box_outputs).items():
+            self._sums[name] = self._sums.get(name, 0.0) + float(value)
+        self._batches += 1
+
+    def result(self, reg_l2_loss: float) -> Dict[str, float]:
+        means = {name: total / max(self._batches, 1) for name, total in self._sums.items()}
+        means["reg_l2_loss"] = float(reg_l2_loss)
+        means["loss"] = means["det_loss"] + means["reg_l2_loss"]
+        return means
+
+
 class COCOCallback(keras.callbacks.Callback):
     """Evaluates COCO AP with the EMA weights and puts the metrics into `logs`.
+
+    With a training model (one with `detection_loss`), the same forward passes
+    also give the EMA weights' validation losses, logged as val_ema_loss,
+    val_ema_det_loss, val_ema_cls_loss, val_ema_box_loss, val_ema_reg_l2_loss.
+    `history` ({epoch: metrics}) starts from model_dir/coco_metrics.json, so a
+    resumed run keeps the epochs before the interruption.
 
     Args:
       config: the model config (post-processing settings, label map).
@@ -64,14 +109,35 @@ class COCOCallback(keras.callbacks.Callback):
         last = self.params.get("epochs") if self.params else None
         return (epoch + 1) % self.map_freq == 0 or (last is not None and epoch + 1 == last)
 
+    @property
+    def metrics_path(self) -> Optional[str]:
+        return os.path.join(self.model_dir, "coco_metrics.json") if self.model_dir else None
+
+    def on_train_begin(self, logs=None):
+        if self.metrics_path and os.path.exists(self.metrics_path):
+            with open(self.metrics_path) as f:
+                earlier = {int(epoch): metrics for epoch, metrics in json.load(f).items()}
+            self.history = dict(earlier, **self.history)
+
     def evaluate(self) -> Dict[str, float]:
-        """Scores the model (EMA weights) on the validation data now."""
+        """Scores the model (EMA weights) on the validation data now.
+
+        Returns the COCO metrics, plus "ema_loss", "ema_det_loss", ... when the
+        model has a `detection_loss` (a training model).
+        """
         if self._detect_fns is None:
             self._detect_fns = make_detect_fns(self.model, self.config)
+        detection_loss = getattr(self.model, "detection_loss", None)
+        losses = EvaluationLosses(detection_loss) if detection_loss is not None else None
         with ema_weights(self.model):
             metrics, timing = evaluate_dataset(
                 self.model, self.val_dataset, self.config, self.evaluator,
-                max_images=self.max_images, progress=False, detect_fns=self._detect_fns)
+                max_images=self.max_images, progress=False, detect_fns=self._detect_fns,
+                on_batch=losses)
+            if losses is not None:
+                reg_l2_loss = self.model.l2_loss(self.model.variables_to_train)
+                metrics.update({"ema_" + name: value
+                                for name, value in losses.result(reg_l2_loss).items()})
         logging.info("COCO on %d images: AP %.4f, AP50 %.4f (network %.1fs, NMS %.1fs, scoring "
                      "%.1fs)", timing.images, metrics["AP"], metrics["AP50"], timing.network,
                      timing.postprocess, timing.scoring)
@@ -85,9 +151,9 @@ class COCOCallback(keras.callbacks.Callback):
             for name, value in metrics.items():
                 logs["val_" + name] = value
         self.history[epoch + 1] = metrics
-        if self.model_dir:
-            write_json_atomically(os.path.join(self.model_dir, "coco_metrics.json"),
-                                   {str(k): v for k, v in self.history.items()})
+        if self.metrics_path:
+            write_json_atomically(self.metrics_path,
+                                  {str(k): v for k, v in sorted(self.history.items())})
 
 
 class CheckpointCallback(keras.callbacks.Callback):
@@ -96,19 +162,24 @@ class CheckpointCallback(keras.callbacks.Callback):
     Args:
       model_dir: the run directory.
       keep: how many of the latest regular checkpoints to keep.
-      monitor: the logs key that ranks archived checkpoints (default val_AP); epochs
-        without it (no evaluation) are not archived.
+      monitor: the "val_" logs key that ranks archived checkpoints (default val_AP);
+        epochs without it (no evaluation) are not archived. The archive stores the
+        validation metrics without the "val_" prefix (val_AP is "AP"), the names
+        the continuous evaluator writes into the same model_dir/archive.
       archive_keep: size of the best-k archive in model_dir/archive.
     """
 
-    def __init__(self, model_dir: str, keep: int = 3, monitor: str = "val_AP",
+    def __init__(self, model_dir: str, keep: int = 3, monitor: str = "val_" + ARCHIVE_MONITOR,
                  archive_keep: int = 3, mode: str = "max"):
         super().__init__()
+        if not monitor.startswith(_VAL_PREFIX):
+            raise ValueError("CheckpointCallback monitor must be a validation logs key "
+                             "('val_...'), got %r" % monitor)
         self.model_dir = model_dir
         self.keep = keep
         self.monitor = monitor
         self.archive = CheckpointArchive(os.path.join(model_dir, "archive"), keep=archive_keep,
-                                         monitor=monitor, mode=mode)
+                                         monitor=monitor[len(_VAL_PREFIX):], mode=mode)
 
     def on_epoch_end(self, epoch, logs=None):
         ema = getattr(self.model, "ema", None)
@@ -116,8 +187,7 @@ class CheckpointCallback(keras.callbacks.Callback):
                            ema_values=ema.values_by_name() if ema is not None else None)
         self._remove_old_checkpoints()
         if logs and self.monitor in logs:
-            self.archive.consider(prefix, epoch + 1, {k: float(v) for k, v in logs.items()
-                                                      if np.ndim(v) == 0})
+            self.archive.consider(prefix, epoch + 1, validation_metrics(logs))
 
     def _remove_old_checkpoints(self) -> None:
         from efficientdet_keras.evaluation.continuous import list_checkpoints  # noqa: E402

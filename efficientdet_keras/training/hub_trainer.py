@@ -5,6 +5,12 @@ this model adds new prediction convs for the config's num_classes, named like
 the full model's (class_net/class-predict, box_net/box-predict), and trains
 everything with the same train_step, losses, callbacks and CLI as
 EfficientDetNetTrain.
+
+The module's variables keep the names of the model it was exported from
+(`efficientnet-b0/...`, `fpn_cells/...`), so `load_pretrained` (inherited)
+loads a released or own checkpoint of that model into the module and the new
+heads; a checkpoint of another model is the same ValueError as for
+EfficientDetNetTrain.
 """
 
 import tensorflow as tf

@@ -2,13 +2,13 @@
 
 The recipe follows the original EfficientDet training:
 
-* Linear scaling rule. `config.learning_rate` and `config.lr_warmup_init` are
-  tuned for a global batch of 64 (`DEFAULT_BATCH_SIZE`). A different global
-  batch multiplies both by `batch_size / 64`, so the step size per example
-  stays about the same.
+* Linear scaling rule. `config.learning_rate` is tuned for a global batch of
+  64 (`DEFAULT_BATCH_SIZE`); a different global batch multiplies it by
+  `batch_size / 64`, so the step size per example stays about the same.
 * Warmup. For the first `lr_warmup_epoch` epochs the rate grows linearly from
-  the warmup rate to the peak rate; large rates on a freshly initialised
-  detector otherwise tend to diverge.
+  `config.lr_warmup_init` to the (scaled) peak rate; large rates on a freshly
+  initialised detector otherwise tend to diverge. As in the released
+  EfficientDet, the warmup start is NOT scaled with the batch.
 * Decay. After warmup, `lr_decay_method` decides the rest: "cosine" (half a
   cosine from the peak down to 0 at the last step), "stepwise" (x0.1 at
   `first_lr_drop_epoch`, x0.01 at `second_lr_drop_epoch`), "polynomial"
@@ -18,12 +18,13 @@ Schedules take the optimizer's step counter (often an int64 tensor), compute in
 float32, run inside `tf.function`, and serialise to plain numbers, so an
 optimizer saved with a model can be rebuilt exactly.
 
-Gradient clipping is not configured here: the trainer clips by global norm
-itself, before `apply_gradients`.
+Gradient clipping is not part of the optimizers: the trainer calls
+`clip_gradients` (global norm, optionally each tensor first) after the
+all-reduce, before `apply_gradients`.
 """
 
 import math
-from typing import Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 import tf_keras as keras
@@ -39,13 +40,15 @@ _SERIALIZABLE_PACKAGE = "efficientdet_keras"
 
 
 def scaled_learning_rates(config) -> Tuple[float, float]:
-    """Returns (peak_lr, warmup_init_lr) scaled linearly to the global batch.
+    """Returns (peak_lr, warmup_init_lr): the peak scaled to the global batch, the start as given.
 
-    `config.batch_size` is the global batch (all replicas together); the
-    configured rates are for a batch of `DEFAULT_BATCH_SIZE`.
+    `config.batch_size` is the global batch (all replicas together);
+    `config.learning_rate` is for a batch of `DEFAULT_BATCH_SIZE`.
+    `config.lr_warmup_init` is the rate of step 0 whatever the batch (the
+    released recipe scales only the peak).
     """
     scale = config.batch_size / DEFAULT_BATCH_SIZE
-    return config.learning_rate * scale, config.lr_warmup_init * scale
+    return config.learning_rate * scale, config.lr_warmup_init
 
 
 class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
@@ -191,9 +194,11 @@ def learning_rate_schedule(config, steps_per_epoch: int) -> WarmupSchedule:
 def get_optimizer(config, steps_per_epoch: int) -> keras.optimizers.Optimizer:
     """Builds the optimizer named by `config.optimizer`, driven by `learning_rate_schedule`.
 
-    "sgd" is SGD with `config.momentum`, "adam" is Adam with Keras defaults,
-    "rmsprop" is RMSprop with `config.momentum`. Gradient clipping is not set
-    here (the trainer clips by global norm itself). When
+    "sgd" is SGD with `config.momentum`; "adam" is Adam with
+    `beta_1 = config.momentum` (as the released trainer did) and Keras defaults
+    otherwise; "rmsprop" is RMSprop with `config.momentum`, `rho =
+    config.rmsprop_rho` and `epsilon = config.rmsprop_epsilon`. Gradient
+    clipping is not set here (the trainer clips itself). When
     the precision policy is mixed_float16 the optimizer is wrapped in a
     `LossScaleOptimizer` with dynamic loss scaling, which float16 gradients
     need to avoid underflow; bfloat16 has float32's range and needs none.
@@ -208,9 +213,37 @@ def get_optimizer(config, steps_per_epoch: int) -> keras.optimizers.Optimizer:
     if name == "sgd":
         optimizer = keras.optimizers.SGD(schedule, momentum=config.momentum)
     elif name == "adam":
-        optimizer = keras.optimizers.Adam(schedule)
+        optimizer = keras.optimizers.Adam(schedule, beta_1=config.momentum)
     else:
-        optimizer = keras.optimizers.RMSprop(schedule, momentum=config.momentum)
+        optimizer = keras.optimizers.RMSprop(schedule, rho=config.rmsprop_rho,
+                                             momentum=config.momentum,
+                                             epsilon=config.rmsprop_epsilon)
     if policy_name(config.mixed_precision) == "mixed_float16":  # Also True on a GPU.
         optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
     return optimizer
+
+
+def clip_gradients(grads: Sequence[Optional[tf.Tensor]], clip_norm: Optional[float],
+                   per_tensor: bool = False,
+                   global_norm: Optional[tf.Tensor] = None) -> List[Optional[tf.Tensor]]:
+    """Clips gradients to `clip_norm`: by their global norm, optionally each tensor first.
+
+    Args:
+      grads: gradients of any shapes (None entries stay None).
+      clip_norm: the limit; None or <= 0 returns the gradients unchanged.
+      per_tensor: first scale each gradient whose own L2 norm exceeds clip_norm
+        down to clip_norm, as the released EfficientDet trainer did, then clip
+        the global norm.
+      global_norm: the global norm of `grads` when already computed (unused
+        with per_tensor, where the first clip changes it).
+
+    Returns:
+      A list of the clipped gradients, shapes unchanged.
+    """
+    if not clip_norm or clip_norm <= 0:
+        return list(grads)
+    if per_tensor:
+        grads = [None if g is None else tf.clip_by_norm(g, clip_norm) for g in grads]
+        global_norm = None
+    clipped, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=global_norm)
+    return clipped

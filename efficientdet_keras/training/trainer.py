@@ -7,10 +7,11 @@
 
 One step (train_step): forward -> detection loss (focal + box (+ IoU)) ->
 + weight_decay * L2 of the trained conv kernels -> gradients of the trained
-variables -> summed across replicas -> clipped by global norm -> optimizer ->
-EMA update. Under tf.distribute the loss of each replica is normalised by the
-positives of the whole global batch, so N replicas make exactly the update one
-replica makes on the same global batch.
+variables -> summed across replicas -> clipped by global norm (each tensor first
+with clip_gradients_per_tensor) -> optimizer -> EMA update. Under tf.distribute
+the loss of each replica is normalised by the positives of the whole global
+batch, so N replicas make exactly the update one replica makes on the same
+global batch.
 """
 
 import re
@@ -19,11 +20,12 @@ from typing import Dict, List, Optional
 import tensorflow as tf
 import tf_keras as keras
 
-from efficientdet_keras.checkpoint import variable_name
+from efficientdet_keras.checkpoint import RestoreReport, restore_ckpt, variable_name
 from efficientdet_keras.config import Config, get_efficientdet_config
 from efficientdet_keras.losses import DetectionLoss
 from efficientdet_keras.model import EfficientDetNet
 from efficientdet_keras.training.ema import ExponentialMovingAverage
+from efficientdet_keras.training.optimizers import clip_gradients
 
 # Weight decay applies to convolution kernels only (not biases, BatchNorm or fusion weights).
 _L2_VARIABLE_PATTERN = re.compile(r".*(kernel|depthwise_kernel|pointwise_kernel)$")
@@ -63,6 +65,28 @@ class EfficientDetNetTrain(EfficientDetNet):
             names.append("iou_loss")
         # Plain attribute: metric variables must not join the model's weights.
         object.__setattr__(self, "loss_trackers", [keras.metrics.Mean(name) for name in names])
+
+    # --- starting from a checkpoint ---------------------------------------------
+    def load_pretrained(self, ckpt_path: str, use_ema: Optional[bool] = None,
+                        allow_partial: bool = False) -> RestoreReport:
+        """Loads a released (or own) checkpoint to fine-tune from; the EMA, if any, restarts there.
+
+        Args:
+          ckpt_path: a checkpoint prefix, its .index file or a directory.
+          use_ema: None loads the checkpoint's ExponentialMovingAverage values where it has
+            them (what the released AP was measured with), False the plain values.
+          allow_partial: accept a checkpoint that fills less than half of the variables.
+
+        Variables matching config.var_exclude_expr keep their initial values; a class head
+        of another class count is skipped (see restore_ckpt). Resuming an interrupted run
+        is not this: BackupAndRestore does it, with optimizer state and averages.
+        """
+        report = restore_ckpt(self, ckpt_path, use_ema=use_ema,
+                              exclude=self.config.get("var_exclude_expr"),
+                              allow_partial=allow_partial)
+        if self.ema is not None:
+            self.ema.reset_to_model()  # Average from the loaded weights, not the random ones.
+        return report
 
     # --- what is trained -----------------------------------------------------
     def is_frozen(self, variable: tf.Variable) -> bool:
@@ -162,9 +186,8 @@ class EfficientDetNetTrain(EfficientDetNet):
             grads = optimizer.get_unscaled_gradients(grads)
         grads = replica.all_reduce(tf.distribute.ReduceOp.SUM, grads)
         gradient_norm = tf.linalg.global_norm(grads)
-        if self.config.clip_gradients_norm and self.config.clip_gradients_norm > 0:
-            grads, _ = tf.clip_by_global_norm(grads, self.config.clip_gradients_norm,
-                                              use_norm=gradient_norm)
+        grads = clip_gradients(grads, self.config.clip_gradients_norm,
+                               self.config.clip_gradients_per_tensor, global_norm=gradient_norm)
         optimizer.apply_gradients(zip(grads, variables), skip_gradients_aggregation=True)
         if self.ema is not None:
             self.ema.update(optimizer.iterations)

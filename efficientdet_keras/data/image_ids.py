@@ -1,0 +1,54 @@
+"""One rule that turns any image id a dataset can have into an exact int64.
+
+Datasets name images by integers (COCO), numeric strings ("000123", VOC and
+TFRecord source ids) or other strings (file names, UUIDs). Evaluation needs one
+int64 per image, the same for the TFRecord / image-folder side and for the
+ground-truth JSON side, and never a float (float64 is exact only up to 2^53):
+
+- an int in the int64 range is itself (2^63 - 1 stays 2^63 - 1);
+- a string of decimal digits whose value fits int64 is that value ("000123" -> 123,
+  so a TFRecord source id "123" matches a JSON id 123);
+- any other string is hashed (BLAKE2b, 63 bits): stable across runs, machines and
+  Python versions, so a JSON id "img_a.jpg" and a TFRecord source id "img_a.jpg"
+  get the same number.
+
+Two different ids of one dataset that map to the same number (e.g. "0123" and
+123) are reported as duplicates where a dataset's ids are read.
+"""
+
+import hashlib
+import re
+from typing import Iterable, Union
+
+import numpy as np
+
+INT64_MIN, INT64_MAX = -2 ** 63, 2 ** 63 - 1
+_DIGITS = re.compile(r"[0-9]+")
+
+ImageId = Union[int, str, bytes]
+
+
+def image_id_to_int64(image_id: ImageId) -> int:
+    """The int64 (as a Python int) that stands for `image_id` everywhere in evaluation.
+
+    Raises:
+      ValueError naming the id when it is an int outside int64, or not an int or a string.
+    """
+    if isinstance(image_id, (bytes, np.bytes_)):
+        image_id = image_id.decode("utf-8", errors="surrogateescape")
+    if isinstance(image_id, (int, np.integer)) and not isinstance(image_id, (bool, np.bool_)):
+        value = int(image_id)
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise ValueError("Image id %d does not fit in int64" % value)
+        return value
+    if not isinstance(image_id, str):
+        raise ValueError("Image id %r is neither an integer nor a string" % (image_id,))
+    if _DIGITS.fullmatch(image_id) and int(image_id) <= INT64_MAX:
+        return int(image_id)
+    digest = hashlib.blake2b(image_id.encode("utf-8", errors="surrogateescape"), digest_size=8)
+    return int.from_bytes(digest.digest(), "big") & INT64_MAX
+
+
+def image_ids_to_int64(image_ids: Iterable[ImageId]) -> np.ndarray:
+    """`image_id_to_int64` of each id, as an int64 array `[N]`."""
+    return np.array([image_id_to_int64(i) for i in image_ids], np.int64).reshape(-1)
