@@ -224,3 +224,15 @@ def test_input_error_cause_picks_the_line_that_names_the_record(tmp_path):
         tf.matmul(tf.ones([2, 3]), tf.ones([2, 3]))
     assert input_error_cause(raised.value) is None
     assert input_error_cause(ValueError("x")) is None
+
+
+def test_infer_names_a_missing_saved_model_in_one_line(tmp_path):
+    path = os.path.join(os.path.dirname(sys.executable), "efficientdet-infer")
+    if not os.path.exists(path):
+        pytest.skip("%s is not installed in this environment (pip install -e .)" % path)
+    result = subprocess.run([path, "--saved_model_dir=%s" % (tmp_path / "none"),
+                             "--input=%s" % tmp_path, "--output_dir=%s" % (tmp_path / "out")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "efficientdet-infer: --saved_model_dir %s does not exist" % (tmp_path / "none"))

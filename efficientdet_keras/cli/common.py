@@ -202,3 +202,13 @@ def load_run_config(model_dir: str, model_name: str, hparams: str):
     config = (Config.from_yaml(config_path) if config_path and os.path.exists(config_path)
               else get_efficientdet_config(model_name))
     return config.override(hparams)
+
+
+def load_model_and_config(model_dir: str, ckpt: str, model_name: str, hparams: str):
+    """The config (model_dir/config.yaml or model_name, plus hparams) and its model, restored
+    from `ckpt` (or the latest checkpoint in model_dir) with EMA values where present."""
+    from efficientdet_keras import EfficientDetNet, restore_ckpt
+    config = load_run_config(model_dir, model_name, hparams)
+    model = EfficientDetNet(config=config)
+    restore_ckpt(model, ckpt or model_dir, use_ema=True, skip_mismatch=False)
+    return model, config

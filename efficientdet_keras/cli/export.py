@@ -16,7 +16,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 from absl import flags  # noqa: E402
 
-from efficientdet_keras.cli.common import (HPARAMS_HELP, load_run_config, run_app,  # noqa: E402
+from efficientdet_keras.cli.common import (HPARAMS_HELP, load_model_and_config, run_app,  # noqa: E402
                                            run_or_exit)
 
 TOOL = "efficientdet-export"
@@ -29,15 +29,6 @@ flags.DEFINE_string("hparams", "", HPARAMS_HELP)
 flags.DEFINE_string("export_dir", "", "Where the SavedModel is written (replaced atomically).")
 flags.DEFINE_enum("format", "saved_model", ["saved_model", "hub"],
                   "saved_model: the detector for serving; hub: a TF-Hub feature module.")
-
-
-def load_model_and_config(model_dir: str, ckpt: str, model_name: str, hparams: str):
-    """The config (model_dir/config.yaml or model_name, plus hparams) and its restored model."""
-    from efficientdet_keras import EfficientDetNet, restore_ckpt
-    config = load_run_config(model_dir, model_name, hparams)
-    model = EfficientDetNet(config=config)
-    restore_ckpt(model, ckpt or model_dir, use_ema=True, skip_mismatch=False)
-    return model, config
 
 
 def export():

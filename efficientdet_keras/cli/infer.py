@@ -58,12 +58,14 @@ def load_detector():
                 names = {int(k): v for k, v in json.load(f).items()}
         signature = loaded.signatures["image_bytes"]
         return lambda images: signature(images=images), names
-    from efficientdet_keras.cli.export import load_model_and_config
+    from efficientdet_keras.cli.common import load_model_and_config
     from efficientdet_keras.export.saved_model import DetectionModule
     model, config = load_model_and_config(FLAGS.model_dir, FLAGS.ckpt, FLAGS.model_name,
                                           FLAGS.hparams)
     names = dict(config.label_map) if isinstance(config.label_map, dict) else {}
-    return DetectionModule(model, config).detect_encoded, names
+    module = DetectionModule(model, config)
+    # The closure keeps the module alive: its tf.functions hold it only weakly.
+    return lambda images: module.detect_encoded(images), names
 
 
 def draw(image_bytes: bytes, detections, names, path: str) -> None:
@@ -93,6 +95,8 @@ def infer():
         raise ValueError("give --saved_model_dir, --model_dir or --ckpt")
     if not FLAGS.output_dir:
         raise ValueError("--output_dir is required")
+    if FLAGS.saved_model_dir and not os.path.isdir(FLAGS.saved_model_dir):
+        raise FileNotFoundError("--saved_model_dir %s does not exist" % FLAGS.saved_model_dir)
     paths = list_images(FLAGS.input)
     os.makedirs(FLAGS.output_dir, exist_ok=True)
     detector, names = load_detector()
