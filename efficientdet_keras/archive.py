@@ -5,8 +5,9 @@ Layout of `<model_dir>/archive/`:
   archive.json   {"monitor": "AP", "mode": "max", "checkpoints": [best first, each with
                   name, epoch, the monitored value and all metrics]}
 
-Files are copied under temporary names and renamed (data before index); the
-JSON is replaced atomically and only then are evicted checkpoints deleted. A
+Files are copied under temporary names, fsynced and renamed (data before index,
+see fileio.write_files_atomically); the JSON is replaced the same way, and only
+then are evicted checkpoints deleted. A
 crash at any point leaves every checkpoint listed in archive.json complete.
 The trainer's archiving callback and `efficientdet-eval --continuous` (or
 `efficientdet-train --mode=eval`) share one archive per model_dir, so both rank
@@ -19,16 +20,17 @@ import glob
 import json
 import os
 import shutil
-import uuid
 from typing import Dict, List, Optional
 
 from absl import logging
 
-from efficientdet_keras.fileio import write_json_atomically
+from efficientdet_keras.fileio import write_files_atomically, write_json_atomically
 
 ARCHIVE_JSON = "archive.json"
 # The metric every writer of <model_dir>/archive ranks by (COCO AP of the EMA weights).
 ARCHIVE_MONITOR = "AP"
+# The files of a checkpoint written by save_ckpt, in the order they are made visible.
+CHECKPOINT_SUFFIXES = (".data-00000-of-00001", ".index")
 
 
 class CheckpointArchive:
@@ -112,14 +114,17 @@ class CheckpointArchive:
         return True
 
     def _copy_checkpoint(self, source_prefix: str, target_prefix: str) -> None:
-        files = sorted(glob.glob(source_prefix + ".data-*")) + [source_prefix + ".index"]
-        if not os.path.exists(files[-1]):
+        """Copies a checkpoint's files; the index appears last, after its data is complete."""
+        data_files = sorted(glob.glob(glob.escape(source_prefix) + ".data-*"))
+        if not os.path.exists(source_prefix + ".index"):
             raise FileNotFoundError("Checkpoint %s does not exist (no .index file)" % source_prefix)
-        tag = uuid.uuid4().hex
-        for path in files:  # Data first, index last: an index always has its data.
-            target = target_prefix + path[len(source_prefix):]
-            shutil.copyfile(path, target + "." + tag)
-            os.replace(target + "." + tag, target)
+        suffixes = [path[len(source_prefix):] for path in data_files] + [".index"]
+
+        def copy(temp_prefix: str) -> None:
+            for suffix in suffixes:
+                shutil.copyfile(source_prefix + suffix, temp_prefix + suffix)
+
+        write_files_atomically(target_prefix, suffixes, copy)
 
     def _write_json(self, entries: List[Dict]) -> None:
         write_json_atomically(self.json_path, {"monitor": self.monitor, "mode": self.mode,

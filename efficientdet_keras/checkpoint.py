@@ -10,13 +10,13 @@ import collections
 import dataclasses
 import os
 import re
-import uuid
 from typing import Dict, List, Mapping, Optional, Tuple
 
 import tensorflow as tf
 from absl import logging
 
-from efficientdet_keras.archive import ARCHIVE_JSON, CheckpointArchive
+from efficientdet_keras.archive import ARCHIVE_JSON, CHECKPOINT_SUFFIXES, CheckpointArchive
+from efficientdet_keras.fileio import write_files_atomically, write_text_atomically
 
 EMA_SUFFIX = "/ExponentialMovingAverage"
 _OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
@@ -355,6 +355,11 @@ def save_ckpt(model, ckpt_prefix: str, ema_values: Optional[Mapping[str, tf.Tens
 
     Returns:
       The checkpoint prefix, now also recorded in the directory's "checkpoint" file.
+
+    Raises:
+      fileio.FileWriteError naming the checkpoint when it cannot be written (disk
+      full): no temporary file is left, earlier checkpoints and the state file are
+      unchanged.
     """
     directory = os.path.dirname(os.path.abspath(ckpt_prefix))
     os.makedirs(directory, exist_ok=True)
@@ -364,19 +369,22 @@ def save_ckpt(model, ckpt_prefix: str, ema_values: Optional[Mapping[str, tf.Tens
     for name, value in (ema_values or {}).items():
         tensors[name + EMA_SUFFIX] = tf.convert_to_tensor(value)
     names = sorted(tensors)
-    # Write under a temporary prefix, then move the data before the index:
-    # a reader never finds an index whose data is not complete.
-    tmp_prefix = "%s.tmp-%s" % (ckpt_prefix, uuid.uuid4().hex)
-    tf.raw_ops.SaveV2(prefix=tmp_prefix, tensor_names=names, shape_and_slices=[""] * len(names),
-                      tensors=[tensors[n] for n in names])
-    data_suffix = ".data-00000-of-00001"
-    os.replace(tmp_prefix + data_suffix, ckpt_prefix + data_suffix)
-    os.replace(tmp_prefix + ".index", ckpt_prefix + ".index")
+
+    def save_tensors(temp_prefix: str) -> None:
+        tf.raw_ops.SaveV2(prefix=temp_prefix, tensor_names=names,
+                          shape_and_slices=[""] * len(names),
+                          tensors=[tensors[n] for n in names])
+
+    # The index is renamed last and the state file written after it: a checkpoint
+    # is listed only once both of its files are complete.
+    write_files_atomically(ckpt_prefix, CHECKPOINT_SUFFIXES, save_tensors,
+                           write_errors=(tf.errors.OpError,))
     _write_checkpoint_state(directory, os.path.basename(ckpt_prefix))
     return ckpt_prefix
 
 
 def _write_checkpoint_state(directory: str, latest: str) -> None:
+    """Writes the "checkpoint" file that lists `latest` last (tf.train.latest_checkpoint)."""
     state_path = os.path.join(directory, "checkpoint")
     previous = []
     if os.path.exists(state_path):
@@ -386,10 +394,7 @@ def _write_checkpoint_state(directory: str, latest: str) -> None:
     paths = [p for p in previous if p != latest] + [latest]
     text = 'model_checkpoint_path: "%s"\n' % latest
     text += "".join('all_model_checkpoint_paths: "%s"\n' % p for p in paths)
-    tmp_path = state_path + ".tmp"
-    with open(tmp_path, "w") as f:
-        f.write(text)
-    os.replace(tmp_path, state_path)
+    write_text_atomically(state_path, text)
 
 
 def ensure_built(model) -> None:

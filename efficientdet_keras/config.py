@@ -13,6 +13,8 @@ from typing import Any, Dict, Iterator, Mapping, Tuple, Union
 
 import yaml
 
+from efficientdet_keras.fileio import write_text_atomically
+
 # Keys whose values are always stored as tuples; YAML has no tuples, so they
 # are normalised again on load, which keeps save/load round trips exact.
 _TUPLE_KEYS = ("image_size",)
@@ -120,7 +122,9 @@ class Config:
 
         Raises:
           ValueError: an unknown key (the message names the closest known keys),
-            a malformed "key=value" pair, or a YAML file that is not a mapping.
+            a malformed "key=value" pair, a YAML file that is not a mapping, or a value
+            of the wrong type or out of range (`check_value`; one line naming the key).
+            The key that failed keeps its value.
         """
         if overrides is None or (isinstance(overrides, str) and not overrides.strip()):
             return self
@@ -155,21 +159,21 @@ class Config:
             elif isinstance(current, Config) and isinstance(value, Mapping):
                 current._update(value, allow_new_keys, full_key + ".")
             else:
-                self[key] = _coerce_like(current, value, full_key)
+                value = _coerce_like(current, value, full_key)
+                check_value(full_key, value)
+                self[key] = value
 
     # --- YAML ----------------------------------------------------------------
     def save_yaml(self, path: str) -> str:
         """Writes the config to `path` (a file, or a directory that gets config.yaml).
 
-        The write is atomic: a crash never leaves a half-written file.
+        The write is atomic and fsynced (fileio.write_text_atomically): a crash never
+        leaves a half-written file.
         """
         if os.path.isdir(path):
             path = os.path.join(path, "config.yaml")
-        tmp_path = path + ".tmp"
-        with open(tmp_path, "w") as f:
-            yaml.safe_dump(self.as_dict(), f, default_flow_style=False, sort_keys=True)
-        os.replace(tmp_path, path)
-        return path
+        return write_text_atomically(path, yaml.safe_dump(self.as_dict(), default_flow_style=False,
+                                                          sort_keys=True))
 
     @classmethod
     def from_yaml(cls, path: str) -> "Config":
@@ -330,20 +334,107 @@ def _normalise_value(key: str, value: Any) -> Any:
 
 
 def _coerce_like(current: Any, value: Any, key: str) -> Any:
-    """Keeps overrides type-consistent with the default value where that is safe."""
+    """Keeps overrides type-consistent with the current value.
+
+    An integer key takes integers (and whole floats such as 8.0), a float key
+    numbers, a string key strings, a list of numbers numbers; anything else is a
+    ValueError naming the key ("batch_size=8x" fails here, not as a TypeError later).
+    """
     if current is None or value is None:
         return value
+    leaf = key.rsplit(".", 1)[-1]
     if isinstance(current, bool):
-        if isinstance(value, bool) or (isinstance(value, str)
-                                       and key.rsplit(".", 1)[-1] in _BOOL_OR_STRING_KEYS):
+        if isinstance(value, bool) or (isinstance(value, str) and leaf in _BOOL_OR_STRING_KEYS):
             return value
         raise ValueError("Config key %s expects true or false, got %r" % (key, value))
-    if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(current, int):
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        _expect(_is_int(value), key, "an integer", value)
+    elif isinstance(current, float):
+        _expect(_is_number(value), key, "a number", value)
         return float(value)
-    if isinstance(current, (list, tuple)) and key.rsplit(".", 1)[-1] not in _TUPLE_KEYS \
-            and not isinstance(value, (list, tuple)):
-        return [value]
+    elif isinstance(current, str):
+        _expect(isinstance(value, str), key, "a string", value)
+    elif isinstance(current, (list, tuple)) and leaf not in _TUPLE_KEYS:
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+        if current and all(_is_number(c) for c in current):
+            _expect(bool(items) and all(_is_number(v) for v in items), key, "numbers", value)
+        return items
     return value
+
+
+def _expect(condition: bool, key: str, expected: str, value: Any) -> None:
+    """Raises the one-line type error naming `key` unless `condition` holds."""
+    if not condition:
+        raise ValueError("Config key %s expects %s, got %r" % (key, expected, value))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _in_range(low: float, high: float, high_included: bool = False):
+    """A check that a number lies in [low, high) (or [low, high])."""
+    def check(value):
+        return _is_number(value) and low <= value and (value <= high if high_included
+                                                         else value < high)
+    return check
+
+
+# Single values with a valid range, checked by every override and by validate_config:
+# dotted key -> (check, what the value must be). Wrong values fail here in one line
+# naming the key instead of as a ZeroDivisionError or a shape error deep in training.
+_VALUE_RULES = {
+    **{key: (lambda v: _is_int(v) and v >= 1, "a positive integer") for key in (
+        "batch_size", "num_epochs", "num_classes", "steps_per_execution", "map_freq",
+        "max_instances_per_image", "fpn_num_filters", "fpn_cell_repeats", "box_class_repeats",
+        "num_scales", "nms_configs.max_output_size")},
+    "steps_per_epoch": (lambda v: v is None or (_is_int(v) and v >= 1),
+                        "none or a positive integer"),
+    "nms_configs.max_nms_inputs": (lambda v: _is_int(v) and v >= 0,
+                                   "a non-negative integer (0 keeps all)"),
+    **{key: (lambda v: _is_number(v) and v > 0, "a positive number") for key in (
+        "learning_rate", "jitter_min", "jitter_max", "batch_norm_epsilon", "anchor_scale")},
+    **{key: (lambda v: _is_number(v) and v >= 0, "a non-negative number") for key in (
+        "lr_warmup_init", "lr_warmup_epoch", "weight_decay", "clip_gradients_norm",
+        "box_loss_weight", "iou_loss_weight", "first_lr_drop_epoch", "second_lr_drop_epoch")},
+    **{key: (_in_range(0.0, 1.0), "a number in [0, 1)") for key in (
+        "momentum", "moving_average_decay", "label_smoothing", "batch_norm_momentum")},
+    **{key: (_in_range(0.0, 1.0, high_included=True), "a number in [0, 1]") for key in (
+        "nms_configs.iou_thresh", "nms_configs.score_thresh")},
+    "nan_recovery_attempts": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
+    "backup_steps": (lambda v: _is_int(v) and v >= 0, "a non-negative integer (0: epoch ends)"),
+    "nan_recovery_lr_factor": (lambda v: _is_number(v) and 0 < v < 1, "a number in (0, 1)"),
+}
+
+
+def check_value(key: str, value: Any) -> None:
+    """Raises ValueError ("Invalid config: batch_size must be a positive integer, got 0")
+    when `value` is outside the valid range of `key` (a dotted key); other keys pass."""
+    rule = _VALUE_RULES.get(key)
+    if rule is not None and not rule[0](value):
+        raise ValueError("Invalid config: %s must be %s, got %r" % (key, rule[1], value))
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+    """{dotted key: value} of a nested config (label_map stays one value)."""
+    flat = {}
+    for key, value in config.items():
+        if isinstance(value, Mapping) and key not in _PLAIN_DICT_KEYS:
+            flat.update(flatten(value, prefix + key + "."))
+        else:
+            flat[prefix + key] = value
+    return flat
+
+
+def config_differences(old: Config, new: Config) -> Dict[str, Tuple[Any, Any]]:
+    """{dotted key: (old value, new value)} for the keys whose values differ (a key that
+    only one of them has counts, with None on the other side)."""
+    old_flat, new_flat = flatten(old.as_dict()), flatten(new.as_dict())
+    return {key: (old_flat.get(key), new_flat.get(key))
+            for key in sorted(set(old_flat) | set(new_flat))
+            if old_flat.get(key) != new_flat.get(key)}
 
 
 # ---------------------------------------------------------------------------
@@ -388,6 +479,9 @@ def default_config() -> Config:
         jitter_max=2.0,
         max_instances_per_image=100,
         skip_crowd_during_training=True,
+        # Class ids outside 1..num_classes: false drops those boxes with a warning; true
+        # stops at the first one with an error naming the record.
+        strict_data=False,
         # Loss.
         alpha=0.25,
         gamma=1.5,
@@ -411,9 +505,18 @@ def default_config() -> Config:
         poly_lr_power=0.9,
         clip_gradients_norm=10.0,
         clip_gradients_per_tensor=False,  # Also clip each gradient to clip_gradients_norm first.
+        # After a NaN or inf step: roll back to the last backup this many times, each time
+        # with the learning rate x nan_recovery_lr_factor (0: stop with an error).
+        nan_recovery_attempts=0,
+        nan_recovery_lr_factor=0.5,
         num_epochs=300,
         batch_size=64,  # Global batch.
         steps_per_epoch=None,  # Set by the train CLI from num_examples_per_epoch / batch_size.
+        # Steps between the backups (model_dir/backup) a killed run resumes from, besides the
+        # one at each epoch end; 0: epoch ends only. A backup (weights, optimizer slots, EMA:
+        # about 50 MB for D0) takes well under a second, and 200 steps are minutes on a GPU,
+        # so a kill loses minutes of training for a write cost under 1%.
+        backup_steps=200,
         moving_average_decay=0.9998,
         var_freeze_expr=None,
         var_exclude_expr=None,  # Regex of variables load_pretrained leaves at their initial values.
@@ -498,6 +601,8 @@ def validate_config(config: Config) -> Config:
         if not condition:
             raise ValueError("Invalid config: " + message)
 
+    for key, value in flatten(config.as_dict()).items():
+        check_value(key, value)
     check(config.min_level >= 1 and config.max_level > config.min_level,
           "need 1 <= min_level < max_level, got min_level=%s max_level=%s"
           % (config.min_level, config.max_level))

@@ -5,7 +5,7 @@ classes in Python: boxes of different classes are shifted apart so that one
 class-agnostic NMS call cannot suppress across classes.
 """
 
-from typing import List, NamedTuple, Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf

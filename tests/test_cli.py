@@ -156,22 +156,23 @@ def tiny_run(tmp_path_factory):
     return model_dir, bad_class, clipped
 
 
-def run_eval_tool(model_dir, pattern):
+def run_eval_tool(model_dir, pattern, *extra):
     return subprocess.run(
         [sys.executable, os.path.join(REPO_ROOT, "tools", "eval.py"), "--model_dir=%s" % model_dir,
          "--val_file_pattern=%s" % pattern, "--batch_size=2", "--use_ema=false",
-         "--progress=false"], capture_output=True, text=True, timeout=300, env=tool_env())
+         "--progress=false", *extra], capture_output=True, text=True, timeout=300, env=tool_env())
 
 
-def test_eval_names_a_bad_class_id_in_one_line(tiny_run):
+def test_eval_with_strict_data_names_a_bad_class_id_in_one_line(tiny_run):
     model_dir, bad_class, _ = tiny_run
-    result = run_eval_tool(model_dir, bad_class)
+    result = run_eval_tool(model_dir, bad_class, "--hparams=strict_data=true")
     assert result.returncode == 1
     # The error is one line, the last; above it only the package's own INFO lines.
     assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr
     assert result.stderr.count("has class id") == 1
-    assert re.fullmatch(r"efficientdet-eval: record source_id 10[0-3] / img[0-3]\.jpg has class "
-                        r"id 9 outside 1\.\.4 .*", result.stderr.strip().splitlines()[-1])
+    assert re.fullmatch(r"efficientdet-eval: record source_id 10[0-3] / img[0-3]\.jpg \(#[0-3] "
+                        r"of \S+\.tfrecord\) has class id 9 outside 1\.\.4 \(strict_data is on.*",
+                        result.stderr.strip().splitlines()[-1])
     assert_quiet_start(result.stderr)
 
 
@@ -207,11 +208,19 @@ def test_input_error_cause_picks_the_line_that_names_the_record(tmp_path):
     path = str(tmp_path / "data.tfrecord")
     with tf.io.TFRecordWriter(path) as writer:
         writer.write(b"not a tf.Example")
-    from efficientdet_keras.data.records import parse_tf_example
     with pytest.raises(tf.errors.InvalidArgumentError) as raised:
-        list(tf.data.TFRecordDataset(path).map(parse_tf_example))
+        list(tf.data.TFRecordDataset(path).map(lambda s: tf.io.parse_single_example(
+            s, {"image/encoded": tf.io.FixedLenFeature((), tf.string)})))
     assert input_error_cause(raised.value) == (
         "Could not parse example input, value: 'not a tf.Example'")
+
+    def strict(value):  # How decode.py's strict_data check stops (tf.debugging.Assert).
+        tf.debugging.Assert(value < 2, ["record source_id 2 / two.jpg has class id 9"])
+        return value
+
+    with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+        list(tf.data.Dataset.range(3).map(strict))
+    assert input_error_cause(raised.value) == "record source_id 2 / two.jpg has class id 9"
 
     with open(path, "r+b") as f:  # Cut the record short.
         f.truncate(20)

@@ -205,3 +205,43 @@ def test_run_config_of_an_older_version_gains_the_new_keys(tmp_path):
     assert loaded.nms_configs.method == "gaussian" and loaded.nms_configs.sigma == 0.3
     assert loaded.backbone_survival_prob == 0.7 and loaded.name == "efficientdet-d1"
     assert loaded.as_dict() == config.as_dict()
+
+
+@pytest.mark.parametrize("override,message", [
+    ("batch_size=0", "Invalid config: batch_size must be a positive integer, got 0"),
+    ("batch_size=8x", "Config key batch_size expects an integer, got '8x'"),
+    ("num_epochs=0", "Invalid config: num_epochs must be a positive integer, got 0"),
+    ("num_epochs=1.5", "Config key num_epochs expects an integer, got 1.5"),
+    ("image_size=abc", "image_size 'abc' is neither N nor WxH"),
+    ("learning_rate=-0.1", "Invalid config: learning_rate must be a positive number, got -0.1"),
+    ("learning_rate=fast", "Config key learning_rate expects a number, got 'fast'"),
+    ("momentum=1.5", "Invalid config: momentum must be a number in [0, 1), got 1.5"),
+    ("steps_per_epoch=-3", "Invalid config: steps_per_epoch must be none or a positive integer, got -3"),
+    ("nms_configs.iou_thresh=2",
+     "Invalid config: nms_configs.iou_thresh must be a number in [0, 1], got 2.0"),
+    ("optimizer=3", "Config key optimizer expects a string, got 3"),
+    ("mean_rgb=1*x*3", "Config key mean_rgb expects numbers, got [1, 'x', 3]"),
+])
+def test_wrong_values_are_one_line_errors_naming_the_key(override, message):
+    c = get_efficientdet_config("efficientdet-d0")
+    before = c.as_dict()
+    with pytest.raises(ValueError) as error:
+        c.override(override)
+    assert str(error.value) == message
+    assert c.as_dict() == before  # The key that failed keeps its value.
+
+
+def test_values_are_checked_from_dicts_yaml_files_and_validate_config(tmp_path):
+    from efficientdet_keras import validate_config
+    c = get_efficientdet_config("efficientdet-d0")
+    with pytest.raises(ValueError, match="batch_size must be a positive integer, got 0"):
+        c.override({"batch_size": 0})  # The path of efficientdet-train --batch_size.
+    path = tmp_path / "bad.yaml"
+    path.write_text("jitter_min: -1\n")
+    with pytest.raises(ValueError, match="jitter_min must be a positive number, got -1"):
+        c.override(str(path))
+    assert c.override({"batch_size": 16.0, "learning_rate": 1}).batch_size == 16
+    assert c.learning_rate == 1.0 and isinstance(c.learning_rate, float)
+    c.num_epochs = 0  # Assigned directly: no override check, but the model's is.
+    with pytest.raises(ValueError, match="num_epochs must be a positive integer, got 0"):
+        validate_config(c)

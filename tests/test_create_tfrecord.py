@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -66,7 +67,9 @@ def test_missing_jpeg_is_skipped_with_warning(tmp_path):
     result = run_tool("--input_format=voc", "--voc_root=" + root, "--output_prefix=" + prefix,
                       "--output_json=" + gt_json)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "Skipping image %s" % missing in result.stderr
+    assert re.search(r"Data: unreadable image files in record source_id \d / 000001\.jpg: the "
+                     r"image file is missing or unreadable", result.stderr)
+    assert "Data report: unreadable_image_files=1" in result.stdout
     assert "Wrote 2 images (3 objects) to 1 shard(s)" in result.stdout
     assert "skipped 1 images" in result.stdout
     assert len(read_examples(prefix + "-00000-of-00001.tfrecord")) == 2

@@ -1,5 +1,4 @@
 import json
-import logging
 import os
 
 import numpy as np
@@ -118,19 +117,20 @@ def run_eval(records, **overrides):
     return batches, pipeline.health.summary()
 
 
-def test_undecodable_image_is_skipped_and_counted(tmp_path, caplog):
+def test_undecodable_image_is_skipped_and_counted(tmp_path, capfd):
     good = one_image_records(tmp_path, [[10, 10, 50, 50]], [1], "good.jpg", 1)
     (tmp_path / "broken.jpg").write_bytes(b"\xff\xd8 not really a jpeg")
     broken = ImageRecord(2, str(tmp_path / "broken.jpg"), 100, 100, np.zeros([0, 4], np.float32),
                          np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0, np.float32))
     missing = ImageRecord(3, str(tmp_path / "missing.jpg"), 100, 100, np.zeros([0, 4], np.float32),
                           np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0, np.float32))
-    with caplog.at_level(logging.WARNING):
-        batches, health = run_eval([good, broken, missing])
+    batches, health = run_eval([good, broken, missing])
     assert sum(len(b[0]) for b in batches) == 1
-    assert health["undecodable_images"] == 2
-    assert "broken.jpg" in caplog.text and "missing.jpg" in caplog.text
-    assert "function_node" not in caplog.text
+    assert health["undecodable_images"] == 1 and health["unreadable_image_files"] == 1
+    warnings = capfd.readouterr().err
+    assert "undecodable images in record source_id 2 / broken.jpg" in warnings
+    assert "unreadable image files in record source_id 3 / missing.jpg" in warnings
+    assert "function_node" not in warnings
 
 
 def test_bad_boxes_are_clipped_or_dropped_and_counted(tmp_path):
@@ -152,24 +152,23 @@ def test_bad_boxes_are_clipped_or_dropped_and_counted(tmp_path):
     assert health["nan_boxes_dropped"] == 1
 
 
-def test_class_id_out_of_range_names_record_and_id(tmp_path):
+def test_class_id_out_of_range_stops_in_strict_mode(tmp_path):
     record = one_image_records(tmp_path, [[10, 10, 50, 50]], [4], "wrong_label.jpg", 42)
     with pytest.raises(tf.errors.InvalidArgumentError) as e:
-        run_eval([record])
-    assert "source_id 42" in str(e.value) and "wrong_label.jpg" in str(e.value)
-    assert "class id 4 outside 1..3" in str(e.value)
+        run_eval([record], strict_data=True)
+    assert "record source_id 42 / wrong_label.jpg has class id 4 outside 1..3" in str(e.value)
 
 
-def test_more_instances_than_the_maximum_keeps_the_first(tmp_path, caplog):
+def test_more_instances_than_the_maximum_keeps_the_first(tmp_path, capfd):
     boxes = [[i, i, i + 20, i + 20] for i in range(6)]
     exact = one_image_records(tmp_path, boxes[:5], [1] * 5, "five.jpg", 1)
     over = one_image_records(tmp_path, boxes, [1, 1, 1, 1, 1, 2], "six.jpg", 2)
-    with caplog.at_level(logging.WARNING):
-        batches, health = run_eval([exact, over], max_instances_per_image=5)
+    batches, health = run_eval([exact, over], max_instances_per_image=5)
     classes = batches[0][1]["groundtruth_classes"]
     assert classes.shape == (2, 5) and (classes == 1).all()
-    assert health["instances_truncated"] == 1 and "six.jpg" in caplog.text
-    assert "five.jpg" not in caplog.text
+    warnings = capfd.readouterr().err
+    assert health["instances_truncated"] == 1 and "six.jpg" in warnings
+    assert "five.jpg" not in warnings
 
 
 def test_pattern_matching_nothing_names_the_pattern(tmp_path):

@@ -1,10 +1,7 @@
-import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -34,47 +31,6 @@ def run(args, timeout=600):
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout)
 
 
-def test_traineval_writes_everything_and_resumes_after_a_kill(data, tmp_path):
-    model_dir = tmp_path / "run"
-    # First run: killed as soon as epoch 1 is backed up.
-    process = subprocess.Popen(command(data, model_dir, "--num_epochs=3"),
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 400
-    backup = model_dir / "backup"
-    while time.time() < deadline and process.poll() is None:
-        if (model_dir / "ckpt-1.index").exists() and backup.exists() and any(
-                name.startswith("checkpoint") for _, _, files in os.walk(backup) for name in files):
-            time.sleep(1.0)
-            process.send_signal(signal.SIGKILL)
-            break
-        time.sleep(0.5)
-    process.wait(timeout=60)
-    assert process.returncode == -signal.SIGKILL, process.stdout.read()[-3000:]
-    assert not (model_dir / "ckpt-3.index").exists()
-
-    # The same command again: continues at epoch 2 and finishes.
-    result = run(command(data, model_dir, "--num_epochs=3"))
-    assert result.returncode == 0, result.stderr[-3000:]
-    out = result.stdout
-    assert "Epoch 1/3" not in out and "Epoch 2/3" in out and "Epoch 3/3" in out
-    assert "COCO metrics after epoch 3" in out and "Best checkpoint:" in out
-    assert "val_AP" in out  # COCO results reach the Keras logs.
-
-    config = (model_dir / "config.yaml").read_text()
-    assert "image_size:\n- 64\n- 64" in config and "steps_per_epoch: 2" in config
-    for epoch in (2, 3):
-        assert (model_dir / ("ckpt-%d.index" % epoch)).exists()
-    metrics = json.loads((model_dir / "coco_metrics.json").read_text())
-    # The resumed run keeps epoch 1's evaluation from before the kill.
-    assert sorted(metrics, key=int) == ["1", "2", "3"] and "AP_/circle" in metrics["3"]
-    assert "ema_loss" in metrics["3"]
-    archive = json.loads((model_dir / "archive" / "archive.json").read_text())
-    assert archive["monitor"] == "AP" and 1 <= len(archive["checkpoints"]) <= 3
-    assert os.listdir(model_dir / "display")
-    assert any(name.startswith("events.out") for _, _, files in os.walk(model_dir / "train")
-               for name in files)
-
-
 @pytest.mark.parametrize("extra,message", [
     (["--train_file_pattern=/nowhere/train-*"], "--train_file_pattern '/nowhere/train-*' matches no file"),
     (["--hub_module_url=/x"], "Cannot load TF-Hub module /x"),
@@ -101,19 +57,23 @@ def test_batch_must_divide_among_replicas():
         check_batch_divisible(6, 4)
 
 
-def test_a_class_id_above_num_classes_stops_training_with_one_line(data, tmp_path):
-    # The synthetic records hold classes 1..4; the model is told there are 2.
+def test_with_strict_data_a_class_id_above_num_classes_stops_training_with_one_line(data,
+                                                                                   tmp_path):
+    # The synthetic records hold classes 1..4; the model is told there are 2. Without
+    # strict_data such boxes are dropped with a warning (tests/test_bad_data.py).
     env = dict(os.environ)
     env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # A user's shell: the tool quiets TensorFlow itself.
     result = subprocess.run(
         [sys.executable, TRAIN_TOOL, "--mode=train", "--model_dir=%s" % (tmp_path / "run"),
          "--train_file_pattern=%s" % data.train_tfrecord,
-         "--hparams=%s" % SMALL.replace("num_classes=4", "num_classes=2"), "--batch_size=2",
+         "--hparams=%s,strict_data=true" % SMALL.replace("num_classes=4", "num_classes=2"),
+         "--batch_size=2",
          "--num_examples_per_epoch=4", "--num_epochs=1"],
         capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 1
     # One line, the last (only the package's own INFO lines may come before it).
     assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr
     assert result.stderr.count("has class id") == 1
-    assert re.fullmatch(r"efficientdet-train: record source_id \d+ / \d+\.jpg has class id [34] "
-                        r"outside 1\.\.2 .*", result.stderr.strip().splitlines()[-1])
+    assert re.fullmatch(r"efficientdet-train: record source_id \d+ / \d+\.jpg \(#\d+ of \S+"
+                        r"\.tfrecord\) has class id [34] outside 1\.\.2 \(strict_data is on.*",
+                        result.stderr.strip().splitlines()[-1])

@@ -10,6 +10,9 @@ Benchmarks:
                network, NMS) on JPEG bytes, batch 1 and 8.
   eval         a full COCO evaluation of synthetic images: network, post-processing and
                scoring times, and faster-coco-eval against pycocotools on the same detections.
+  kills        a small demo training run killed with SIGKILL at --kills random moments (seeded
+               by --kill_seed) and restarted each time: steps lost per kill, and whether the
+               run still ends with the step count of an unkilled one.
 """
 
 import os
@@ -24,7 +27,8 @@ from absl import flags  # noqa: E402
 from efficientdet_keras.cli.common import HPARAMS_HELP, run_app  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("what", "postprocess", ["postprocess", "pipeline", "eval", "train", "serve"],
+flags.DEFINE_enum("what", "postprocess",
+                  ["postprocess", "pipeline", "eval", "train", "serve", "kills"],
                   "Which benchmark to run.")
 flags.DEFINE_integer("eval_images", 500, "eval: how many synthetic images to evaluate.")
 flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDet family.")
@@ -33,6 +37,10 @@ flags.DEFINE_integer("batch_size", 8, "Images per batch.")
 flags.DEFINE_integer("image_size", 512, "Square input size in pixels.")
 flags.DEFINE_integer("repeats", 10, "Timed runs per stage (after one warm-up run).")
 flags.DEFINE_list("sizes", ["512", "256"], "pipeline: input sizes to measure.")
+flags.DEFINE_integer("kills", 20, "kills: how many times to kill the training run.")
+flags.DEFINE_integer("kill_seed", 0, "kills: seed of the random kill moments.")
+flags.DEFINE_float("kill_window", 30.0, "kills: each kill comes at a uniform random moment "
+                   "this many seconds at most after the restarted run's first step.")
 flags.DEFINE_string("data_dir", "/tmp/efficientdet_bench_data",
                     "pipeline: where the synthetic benchmark data is written (and reused).")
 
@@ -250,6 +258,74 @@ def bench_serve(config) -> None:
                                                                       seconds * 1e3 / batch))
 
 
+# kills: the demo (D0 on synthetic shapes) at 128 px, 4 epochs of 6 steps, a backup every
+# 3 steps and COCO evaluation every epoch; --hparams adds to (or overrides) these.
+KILL_RUN_HPARAMS = ("image_size=128,batch_size=2,steps_per_epoch=6,num_epochs=4,backup_steps=3,"
+                    "map_freq=1")
+
+
+def kill_run_command(model_dir: str):
+    """The efficientdet-train command the kills benchmark runs (and reruns) in model_dir."""
+    hparams = KILL_RUN_HPARAMS + ("," + FLAGS.hparams if FLAGS.hparams else "")
+    return [sys.executable, "-m", "efficientdet_keras.cli.train", "--demo", "--demo_images=8",
+            "--model_name=%s" % FLAGS.model_name, "--model_dir=%s" % model_dir,
+            "--hparams=%s" % hparams, "--tf_random_seed=1", "--verbosity=1"]
+
+
+def finish_and_check(process, model_dir: str, total_steps: int) -> bool:
+    """Waits for a run to end; whether it ended well with total_steps in its backup."""
+    from efficientdet_keras.training.callbacks import latest_backup_step
+    if process.wait(3600) != 0:
+        print("the run in %s failed:\n%s" % (model_dir, process.output()))
+        return False
+    return latest_backup_step(model_dir) == total_steps
+
+
+def bench_kills(config) -> None:
+    import random
+    import tempfile
+
+    from efficientdet_keras.training.kill_harness import (FINISHED_STEP, TrainProcess,
+                                                          phase_at_kill)
+    config = config.copy()
+    config.override(KILL_RUN_HPARAMS)
+    config.override(FLAGS.hparams)
+    total_steps = config.steps_per_epoch * config.num_epochs
+    rng = random.Random(FLAGS.kill_seed)
+    runs_dir = tempfile.mkdtemp(prefix="efficientdet_kills_")
+    lost, phases, checked_runs = [], [], []
+    model_dir, pending = os.path.join(runs_dir, "run-1"), None  # pending: steps done at a kill.
+    while True:
+        process = TrainProcess(kill_run_command(model_dir))
+        if process.wait_for(FINISHED_STEP, 1800) is None:
+            checked_runs.append(finish_and_check(process, model_dir, total_steps))
+            break
+        if pending is not None:
+            lost.append(pending - process.resumed_step())
+            pending = None
+        if len(lost) >= FLAGS.kills:
+            checked_runs.append(finish_and_check(process, model_dir, total_steps))
+            break
+        time.sleep(rng.uniform(0.0, FLAGS.kill_window))
+        if not process.running():  # It finished first: check it, then a fresh run.
+            checked_runs.append(finish_and_check(process, model_dir, total_steps))
+            model_dir = os.path.join(runs_dir, "run-%d" % (len(checked_runs) + 1))
+            continue
+        pending = process.finished_steps()
+        process.kill()
+        phases.append(phase_at_kill(process, model_dir))
+        print("kill %d at step %d (%s)" % (len(phases), pending, phases[-1]), flush=True)
+    print("%s, %d steps per run (backup_steps %d), runs in %s"
+          % (config.name, total_steps, config.backup_steps, runs_dir))
+    print("kills: %d (%s)" % (len(lost), ", ".join(
+        "%d during %s" % (phases.count(p), p) for p in sorted(set(phases)))))
+    if lost:
+        print("steps lost per kill: median %g, max %d (all: %s)"
+              % (statistics.median(lost), max(lost), " ".join(map(str, lost))))
+    print("runs ended with the step count of an unkilled run (%d): %d of %d"
+          % (total_steps, sum(checked_runs), len(checked_runs)))
+
+
 def main(argv):
     del argv
     from efficientdet_keras import get_efficientdet_config
@@ -261,7 +337,7 @@ def main(argv):
     except ValueError as e:
         sys.exit("efficientdet-bench: %s" % e)
     {"postprocess": bench_postprocess, "pipeline": bench_pipeline, "eval": bench_eval,
-     "train": bench_train, "serve": bench_serve}[FLAGS.what](config)
+     "train": bench_train, "serve": bench_serve, "kills": bench_kills}[FLAGS.what](config)
 
 
 def run():

@@ -10,8 +10,11 @@ import re
 import sys
 import tempfile
 
-# Errors caused by what the user gave (flags, files, data): reported in one line.
-USER_ERRORS = (ValueError, FileNotFoundError, KeyError)
+from efficientdet_keras.fileio import FileWriteError
+
+# Errors caused by what the user gave (flags, files, data) or by the disk (full, read-only):
+# reported in one line.
+USER_ERRORS = (ValueError, FileNotFoundError, KeyError, FileWriteError)
 # The --hparams flag of every tool.
 HPARAMS_HELP = ("Config overrides: 'k=v,k2=v2', or a YAML file: a path, or the name of a file "
                 "shipped in the package's hparams/ (demo.yaml, voc.yaml).")
@@ -163,7 +166,8 @@ def input_error_cause(error: BaseException):
             line = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", line)
             line = re.sub(r"^Error in user-defined function passed to .*? transformation with "
                           r"iterator: \S+: ", "", line)
-            return re.sub(r"\s*\[Op:\w+\]( name: \S*)?$", "", line)[:300]
+            line = re.sub(r"\s*\[Op:\w+\]( name: \S*)?$", "", line)
+            return re.sub(r"^assertion failed: \[(.*)\]$", r"\1", line)[:300]  # tf Assert
     return type(error).__name__
 
 

@@ -13,7 +13,11 @@ Shards are named <output_prefix>-00000-of-00004.tfrecord and filled round-robin.
 for COCO it is an optional, box-only copy of the input (annotation ids renumbered,
 segmentations dropped, areas kept).
 
-Missing or unreadable images are skipped with a warning and counted. Each shard is
+Every record gets the training pipeline's checks (`data.decode`): records it would
+skip (missing, unreadable or corrupt images, mismatched box and label lists) are
+skipped with the same "Data: ..." warning naming the record, and boxes it would drop
+or clip (NaN, inverted, empty, a class id outside the label map) are dropped or clipped
+before writing; the counts end the output as a data report. Each shard is
 written under a hidden temporary name and renamed only when all shards are
 complete, so an interrupted run leaves nothing that looks like finished output.
 Paths are local files (the final rename is os.replace).
@@ -153,14 +157,18 @@ def main(argv):
     except (OSError, ValueError) as e:
         sys.exit("%s: %s" % (TOOL, e))
     if FLAGS.output_json:
-        temp = FLAGS.output_json + ".%d.tmp" % os.getpid()
-        with open(temp, "w") as f:
-            json.dump(records_to_coco(stats.written_records, label_map), f)
-        os.replace(temp, FLAGS.output_json)
+        from efficientdet_keras.fileio import write_json_atomically
+        try:
+            write_json_atomically(FLAGS.output_json,
+                                  records_to_coco(stats.written_records, label_map), indent=None)
+        except OSError as e:
+            sys.exit("%s: %s" % (TOOL, e))
     print("Wrote %d images (%d objects) to %d shard(s) %s-*-of-%05d.tfrecord; skipped %d images%s"
           % (stats.images_written, stats.objects_written, FLAGS.num_shards, FLAGS.output_prefix,
              FLAGS.num_shards, stats.images_skipped,
              "; ground truth in %s" % FLAGS.output_json if FLAGS.output_json else ""))
+    if stats.data_report:
+        print("Data report: %s" % ", ".join("%s=%d" % kv for kv in stats.data_report.items()))
 
 
 def run():

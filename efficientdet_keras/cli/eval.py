@@ -25,6 +25,7 @@ from absl import flags  # noqa: E402
 from efficientdet_keras.cli.common import (HPARAMS_HELP, load_run_config,  # noqa: E402
                                            print_evaluation, run_app, run_or_exit,
                                            watch_and_report)
+from efficientdet_keras.fileio import remove_stale_temporary_files  # noqa: E402
 
 TOOL = "efficientdet-eval"
 FLAGS = flags.FLAGS
@@ -115,7 +116,8 @@ def main(argv):
     if problem:
         sys.exit("%s: %s" % (TOOL, problem))
     evaluation = run_or_exit(TOOL, lambda: build_evaluation(load_config()))
-    if FLAGS.continuous:
+    if FLAGS.continuous:  # It writes model_dir/archive: first clear what a killed run left.
+        remove_stale_temporary_files(FLAGS.model_dir)
         run_or_exit(TOOL, watch_and_report, evaluation, FLAGS.model_dir, FLAGS.archive_keep,
                     FLAGS.eval_timeout or None)
     else:

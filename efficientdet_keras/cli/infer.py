@@ -18,6 +18,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 from absl import flags  # noqa: E402
 
 from efficientdet_keras.cli.common import HPARAMS_HELP, run_app, run_or_exit  # noqa: E402
+from efficientdet_keras.fileio import write_atomically, write_json_atomically  # noqa: E402
 
 TOOL = "efficientdet-infer"
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
@@ -85,7 +86,7 @@ def draw(image_bytes: bytes, detections, names, path: str) -> None:
         left, top, right, bottom = canvas.textbbox((xmin, ymin), label)
         canvas.rectangle([left, top, right + 2, bottom], fill=colour)
         canvas.text((xmin + 1, ymin), label, fill="black")
-    image.save(path)
+    write_atomically(path, lambda f: image.save(f, format="PNG"), binary=True)
 
 
 def infer():
@@ -124,8 +125,7 @@ def infer():
         draw(image_bytes, detections, names, os.path.join(FLAGS.output_dir, name))
         report[os.path.basename(path)] = detections
         print("%s: %d detection(s)" % (path, len(detections)))
-    with open(os.path.join(FLAGS.output_dir, "detections.json"), "w") as f:
-        json.dump(report, f, indent=1)
+    write_json_atomically(os.path.join(FLAGS.output_dir, "detections.json"), report)
     print("Annotated images and detections.json in %s" % FLAGS.output_dir)
 
 

@@ -9,8 +9,10 @@
       --val_json_file=val.json --num_examples_per_epoch=5717 --batch_size=8 \\
       --hparams=voc.yaml --pretrained_ckpt=efficientdet-d0/
 
-Running the same command again resumes from the last epoch (weights, optimizer
-state and EMA). The config actually used is saved as <model_dir>/config.yaml.
+Running the same command again resumes from the last backup (every backup_steps
+steps and at each epoch end: weights, optimizer state, EMA, epoch and step). The config actually used is saved as <model_dir>/config.yaml; a
+re-run with another config is an error listing the differing keys, unless
+--overwrite_config is given.
 """
 
 import os
@@ -60,6 +62,9 @@ flags.DEFINE_bool("demo", False, "Train on the built-in synthetic dataset with t
 flags.DEFINE_integer("demo_images", 1000, "--demo: synthetic training images (a tenth as many, "
                      "at least one, for validation).", lower_bound=1)
 flags.DEFINE_integer("archive_keep", 3, "How many best checkpoints to keep in model_dir/archive.")
+flags.DEFINE_bool("overwrite_config", False, "Replace the config.yaml of an earlier run in "
+                  "--model_dir even when this run's config differs (normally an error listing "
+                  "the differing keys).")
 flags.DEFINE_integer("eval_timeout", 0, "--mode=eval: stop after this many seconds without a new "
                      "checkpoint (0: wait until the final epoch's checkpoint).")
 
@@ -160,10 +165,43 @@ def continuous_eval(config, val_source, val_json):
     watch_and_report(evaluation, FLAGS.model_dir, FLAGS.archive_keep, FLAGS.eval_timeout or None)
 
 
+# Keys a re-run of a model_dir may change: how long it trains (extending a finished run)
+# and how it runs or how often it evaluates, not what the model is or how it learns.
+RESUMABLE_KEYS = ("num_epochs", "steps_per_execution", "jit_compile", "strategy", "map_freq",
+                  "backup_steps", "nan_recovery_attempts", "nan_recovery_lr_factor")
+
+
+def check_run_config(config, model_dir: str, overwrite: bool) -> None:
+    """Stops a re-run whose config differs from the run's <model_dir>/config.yaml.
+
+    Resuming with another model or recipe would fail later on shapes, or silently
+    train something else. Keys in RESUMABLE_KEYS may change (logged).
+
+    Raises:
+      FlagError listing the differing keys (old -> new) unless `overwrite`.
+    """
+    from absl import logging
+
+    from efficientdet_keras.config import Config, config_differences
+    path = os.path.join(model_dir, "config.yaml")
+    if not os.path.exists(path):
+        return
+    differences = config_differences(Config.from_yaml(path), config)
+    changes = ["%s %r -> %r" % (key, old, new) for key, (old, new) in differences.items()]
+    blocking = [change for key, change in zip(differences, changes) if key not in RESUMABLE_KEYS]
+    if blocking and not overwrite:
+        raise FlagError("%s was written by a run with another config: %s; resume with the same "
+                        "settings, use another --model_dir, or pass --overwrite_config"
+                        % (path, "; ".join(blocking)))
+    if changes:
+        logging.warning("Config of %s changed on this run: %s", path, "; ".join(changes))
+
+
 def train(config, train_source, val_source, val_json, strategy):
     from efficientdet_keras.data.pipeline import InputPipeline
     from efficientdet_keras.evaluation import COCOEvaluator
-    from efficientdet_keras.training.callbacks import get_callbacks
+    from efficientdet_keras.training.callbacks import get_callbacks, latest_backup_step
+    from efficientdet_keras.training.nan_guard import fit_with_nan_recovery
     from efficientdet_keras.training.trainer import EfficientDetNetTrain
 
     from efficientdet_keras.training.runtime import check_batch_divisible
@@ -172,6 +210,7 @@ def train(config, train_source, val_source, val_json, strategy):
     steps_per_epoch = config.get("steps_per_epoch") if FLAGS.demo else None
     steps_per_epoch = steps_per_epoch or max(1, examples // config.batch_size)
     config.steps_per_epoch = steps_per_epoch
+    check_run_config(config, FLAGS.model_dir, FLAGS.overwrite_config)
     config.save_yaml(FLAGS.model_dir)
 
     with strategy.scope():
@@ -184,8 +223,10 @@ def train(config, train_source, val_source, val_json, strategy):
             model.load_pretrained(FLAGS.pretrained_ckpt)  # EMA values; the average restarts there.
         model.compile(steps_per_epoch=steps_per_epoch)
 
+    # A resumed run's pipeline starts at the backup's step: new order, no replayed batches.
     train_pipeline = InputPipeline(config, train_source, is_training=True,
-                                   seed=FLAGS.tf_random_seed)
+                                   seed=FLAGS.tf_random_seed,
+                                   start_step=latest_backup_step(FLAGS.model_dir))
     train_data = strategy.distribute_datasets_from_function(train_pipeline)
     val_data = None
     evaluator = None
@@ -199,11 +240,17 @@ def train(config, train_source, val_source, val_json, strategy):
     callbacks = get_callbacks(config, FLAGS.model_dir, val_data, evaluator,
                               eval_samples=FLAGS.eval_samples, archive_keep=FLAGS.archive_keep,
                               profile_batch=(2, 4) if FLAGS.profile else 0)
+    import tf_keras
+    callbacks.append(tf_keras.callbacks.LambdaCallback(  # The data report after every epoch.
+        on_epoch_end=lambda epoch, logs: train_pipeline.health.log_summary()))
     print("Training %s for %d epochs of %d steps (batch %d, %d replica(s)) in %s"
           % (config.name, config.num_epochs, steps_per_epoch, config.batch_size,
              strategy.num_replicas_in_sync, FLAGS.model_dir))
-    model.fit(train_data, epochs=config.num_epochs, steps_per_epoch=steps_per_epoch,
-              validation_data=val_data, callbacks=callbacks, verbose=1 if sys.stdout.isatty() else 2)
+    # A NaN or inf step ends the command with NonFiniteLossError's one line (a ValueError)
+    # unless the config's nan_recovery_attempts allow rolling back to the backup.
+    fit_with_nan_recovery(model, train_data, epochs=config.num_epochs,
+                          steps_per_epoch=steps_per_epoch, validation_data=val_data,
+                          callbacks=callbacks, verbose=1 if sys.stdout.isatty() else 2)
     train_pipeline.health.log_summary()
     report_results(callbacks)
 
@@ -228,6 +275,8 @@ def main(argv):
 
 def train_or_evaluate():
     check_flags()
+    from efficientdet_keras.fileio import remove_stale_temporary_files
+    remove_stale_temporary_files(FLAGS.model_dir)
     from efficientdet_keras.training.runtime import get_strategy, run_settings
     demo_data = None
     if FLAGS.demo:

@@ -1,136 +1,240 @@
-"""Decoding raw examples into images and clean annotations, surviving bad data.
+"""Decoding and checking raw examples as TensorFlow ops, surviving bad data.
 
-Every reader's raw example (see `data.records`) goes through `decode_and_clean`.
-Bad data never crashes training with a bare TensorFlow stack trace:
-- an image that cannot be read or decoded: the example is skipped, with a
-  warning naming it, and counted;
-- NaN boxes, boxes with no area after clipping to the image: dropped and counted;
-  boxes partly outside the image: clipped and counted;
-- more objects than max_instances_per_image: the first N are kept, with a warning;
-- a class id outside 1..num_classes: the run stops with an error naming the
-  record and the id (a wrong label map is not something to train through).
+Every reader's raw example (see `data.records`) goes through `decode_and_clean`,
+which runs as graph ops only (no tf.py_function: a script that stops while an
+iterator is alive exits at once, and the input path never takes the GIL).
+Bad data never crashes training or evaluation:
+- a record that cannot be used (see `SKIP_KINDS`: bytes that are not a tf.Example,
+  mismatched box, label, is_crowd or area lists, no image, an image that cannot be
+  read or decoded, boxes that look like pixels where 0..1 values are expected, the
+  unreadable rest of a truncated TFRecord file) gets ok=False and is filtered out;
+- boxes with NaN or inf, inverted boxes, boxes with a class id outside
+  1..num_classes, boxes with no area after clipping: dropped; boxes partly outside
+  the image: clipped; more objects than max_instances_per_image: the first N kept;
+- image/height and image/width that disagree with the decoded image: the decoded
+  size is used.
+Each problem is counted in a `DataHealth` and printed to stderr as
+"Data: <kind> in record source_id <id> / <file name> (#<n> of <tfrecord>): <detail>"
+for the first few records of each kind. With strict=True (config `strict_data`),
+a class id outside 1..num_classes stops the run with an error naming the record.
 """
 
 import collections
-import re
-import threading
-from typing import Dict
+import sys
+from typing import Callable, Dict, Sequence, Tuple
 
-import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from efficientdet_keras.data.image_ids import image_id_to_int64
+from efficientdet_keras.data.image_ids import image_id_to_int64_graph
+
+# Record-level problems: the record is skipped. The order is the order of the checks.
+SKIP_KINDS = ("truncated_files", "unparseable_examples", "mismatched_box_lists",
+              "label_box_count_mismatches", "mismatched_crowd_or_area", "missing_images",
+              "unreadable_image_files", "undecodable_images", "pixel_boxes")
+# Box-level repairs and other warnings: the record is kept.
+REPAIR_KINDS = ("nan_boxes_dropped", "inverted_boxes_dropped", "bad_class_boxes_dropped",
+                "boxes_clipped", "empty_boxes_dropped", "instances_truncated", "size_mismatches")
+# Kinds that are warned about once: every record of such a dataset usually has them.
+_WARN_ONCE = ("pixel_boxes",)
+# Normalised coordinates above this are pixels: clipping them to 0..1 would keep garbage.
+PIXEL_COORDINATE_THRESHOLD = 2.0
+# File signatures of the formats tf.io.decode_image reads.
+IMAGE_SIGNATURES = {b"\xff\xd8\xff": "jpeg", b"\x89PNG\r\n\x1a\n": "png", b"GIF87a": "gif",
+                    b"GIF89a": "gif", b"BM": "bmp"}
+
+
+def attempt(fn: Callable, value, fallback):
+    """(fn(value), True), or (fallback, False) when fn fails at run time (a missing file,
+    corrupt image bytes, bytes that are not a tf.Example): graph ops only.
+
+    fn runs in a one-element nested tf.data pipeline whose errors ignore_errors()
+    drops (about 0.3 ms per call); fallback must have fn's structure and dtypes.
+    """
+    def tried(x):
+        return fn(x), tf.constant(True)
+
+    results = tf.data.Dataset.from_tensors(value).map(tried).ignore_errors()
+    fallback = tf.data.Dataset.from_tensors((fallback, tf.constant(False)))
+    return results.concatenate(fallback).take(1).get_single_element()
 
 
 class DataHealth:
-    """Thread-safe counters of what decoding skipped or repaired.
+    """Counters of what decoding skipped or repaired, kept in tf.Variables so graph-mode
+    input pipelines update them; `summary()` and `log_summary()` read them in Python.
 
-    The first `warnings_per_kind` events of each kind are logged with the
-    record's name; the rest are only counted. `summary()` returns the counts.
+    The first `warnings_per_kind` records of each kind are printed (to stderr) with the
+    record's name; the rest are only counted. Also counts the records used ("good_records").
     """
 
-    KINDS = ("undecodable_images", "nan_boxes_dropped", "boxes_clipped", "empty_boxes_dropped",
-             "instances_truncated")
+    KINDS = SKIP_KINDS + REPAIR_KINDS
 
     def __init__(self, warnings_per_kind: int = 5):
-        self._lock = threading.Lock()
-        self._counts = collections.Counter()
         self.warnings_per_kind = warnings_per_kind
+        # Entries the source itself skipped before any decoding (COCO JSON checks).
+        self.source_problems = collections.Counter()
+        # Lifted out of any tf.function; on the CPU, where tf.data runs.
+        with tf.init_scope(), tf.device("/cpu:0"):
+            self._counts = {kind: tf.Variable(0, dtype=tf.int64, trainable=False,
+                                              name="data_" + kind)
+                            for kind in self.KINDS + ("good_records",)}
 
-    def note(self, kind: str, record: str, detail: str, count: int = 1) -> None:
-        with self._lock:
-            seen = self._counts[kind]
-            self._counts[kind] += count
-        if seen < self.warnings_per_kind:
-            logging.warning("Data: %s in %s: %s", kind.replace("_", " "), record, detail)
-        elif seen == self.warnings_per_kind:
-            logging.warning("Data: more %s; counting without further warnings.",
-                            kind.replace("_", " "))
+    def note(self, kind: str, record: tf.Tensor, detail, count=1) -> None:
+        """Counts `count` (int scalar tensor, may be 0) events of `kind` in `record`
+        (string scalar) and prints a warning for the first few."""
+        count = tf.cast(count, tf.int64)
+        limit = 1 if kind in _WARN_ONCE else self.warnings_per_kind
+        label = kind.replace("_", " ")
+
+        def counted():
+            seen = self._counts[kind].assign_add(count) - count
+            tf.cond(seen < limit,
+                    lambda: _warn(tf.strings.join(["Data: ", label, " in ", record, ": ", detail])),
+                    lambda: tf.cond(seen == limit, lambda: _warn(
+                        "Data: more %s; counting without further warnings." % label),
+                        lambda: tf.constant(False)))
+            return tf.constant(True)
+
+        tf.cond(count > 0, counted, lambda: tf.constant(False))
+
+    def count_good(self, ok: tf.Tensor) -> None:
+        self._counts["good_records"].assign_add(tf.cast(ok, tf.int64))
+
+    def good_records(self) -> tf.Tensor:
+        return self._counts["good_records"].read_value()
 
     def summary(self) -> Dict[str, int]:
-        with self._lock:
-            return {kind: int(self._counts[kind]) for kind in self.KINDS}
+        """{kind: count} for every problem kind (zeros included)."""
+        return {kind: int(self._counts[kind].numpy()) for kind in self.KINDS}
 
     def log_summary(self) -> None:
+        """Logs the data report: the problem counts that are not zero."""
         counts = {k: v for k, v in self.summary().items() if v}
+        counts.update((kind, n) for kind, n in self.source_problems.items() if n)
         if counts:
-            logging.warning("Data problems so far: %s", ", ".join("%s=%d" % kv for kv in counts.items()))
+            logging.warning("Data report: %d records used; %s",
+                            int(self._counts["good_records"].numpy()),
+                            ", ".join("%s=%d" % kv for kv in counts.items()))
 
 
-def _short_error(error: Exception) -> str:
-    """The readable part of a TensorFlow op error (no function-node or op prefixes)."""
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    text = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", text)
-    return re.sub(r"\s*\[Op:\w+\]$", "", text)[:200]
+def _warn(message) -> tf.Tensor:
+    tf.print(message, output_stream=sys.stderr)
+    return tf.constant(True)
 
 
-def _record_name(source_id: bytes, filename: bytes, path: bytes) -> str:
-    parts = []
-    if source_id:
-        parts.append("source_id %s" % source_id.decode(errors="replace"))
-    if filename or path:
-        parts.append((filename or path).decode(errors="replace"))
-    return "record " + (" / ".join(parts) if parts else "<unnamed>")
+def record_name(raw: Dict[str, tf.Tensor]) -> tf.Tensor:
+    """"record source_id 7 / seven.jpg (#3 of /data/train.tfrecord)", string scalar; parts
+    that are empty are left out."""
+    source_id, file_name = raw["source_id"], raw["filename"]
+    file_name = tf.where(tf.strings.length(file_name) > 0, file_name, raw["path"])
+    parts = tf.stack([tf.strings.join(["source_id ", source_id]), file_name])
+    parts = tf.boolean_mask(parts, tf.stack([tf.strings.length(source_id) > 0,
+                                             tf.strings.length(file_name) > 0]))
+    name = tf.strings.reduce_join(parts, separator=" / ")
+    origin = raw["origin"]
+    name = tf.where(tf.strings.length(origin) > 0, tf.strings.join([name, " (", origin, ")"]),
+                    name)
+    return tf.strings.join(["record ", tf.strings.strip(name)])
 
 
-def _clean_numpy(encoded, path, source_id, filename, boxes, boxes_normalized, classes, is_crowd,
-                 area, num_classes: int, max_instances: int, health: DataHealth):
-    """The Python body of `decode_and_clean` (runs inside tf.py_function)."""
-    name = _record_name(source_id.numpy(), filename.numpy(), path.numpy())
-    image_id = np.int64(image_id_to_int64(source_id.numpy()))
-    empty = (np.zeros([0, 0, 3], np.uint8), np.zeros([0, 4], np.float32), np.zeros([0], np.int32),
-             np.zeros([0], bool), np.zeros([0], np.float32), image_id, False)
-    try:
-        data = encoded.numpy() or tf.io.read_file(path).numpy()
-        image = tf.io.decode_image(data, channels=3, expand_animations=False).numpy()
-    except (tf.errors.OpError, OSError, ValueError) as e:
-        health.note("undecodable_images", name, _short_error(e))
-        return empty
-    height, width = image.shape[:2]
-    if image.size == 0:
-        health.note("undecodable_images", name, "image has no pixels")
-        return empty
+def image_format_graph(data: tf.Tensor) -> tf.Tensor:
+    """The format name ("jpeg", "png", "gif", "bmp") of image bytes from their signature,
+    or "" (string scalar)."""
+    name = tf.constant("")
+    for signature, format_name in IMAGE_SIGNATURES.items():
+        matches = tf.equal(tf.strings.substr(data, 0, len(signature)), signature)
+        name = tf.where(matches, format_name, name)
+    return name
 
-    boxes = boxes.numpy().astype(np.float32).reshape(-1, 4)
-    classes = classes.numpy().astype(np.int64).reshape(-1)
-    is_crowd = is_crowd.numpy().astype(bool).reshape(-1)
-    area = area.numpy().astype(np.float32).reshape(-1)
-    bad = (classes < 1) | (classes > num_classes)
-    if bad.any():
-        raise ValueError("%s has class id %d outside 1..%d (check num_classes and the label map)"
-                         % (name, int(classes[bad][0]), num_classes))
-    if not boxes_normalized.numpy():
-        boxes = boxes / np.array([height, width, height, width], np.float32)
 
-    finite = np.isfinite(boxes).all(axis=1)
-    if not finite.all():
-        health.note("nan_boxes_dropped", name, "%d box(es) with NaN or inf" % (~finite).sum(),
-                    int((~finite).sum()))
-    boxes, classes, is_crowd, area = boxes[finite], classes[finite], is_crowd[finite], area[finite]
-    outside = ((boxes < 0) | (boxes > 1)).any(axis=1)
-    if outside.any():
-        health.note("boxes_clipped", name, "%d box(es) partly outside the image" % outside.sum(),
-                    int(outside.sum()))
-        boxes = np.clip(boxes, 0.0, 1.0)
-    has_area = (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
-    if not has_area.all():
-        health.note("empty_boxes_dropped", name, "%d box(es) with no area" % (~has_area).sum(),
-                    int((~has_area).sum()))
-    boxes, classes, is_crowd, area = boxes[has_area], classes[has_area], is_crowd[has_area], area[has_area]
-    if len(classes) > max_instances:
-        health.note("instances_truncated", name, "%d objects, keeping the first %d"
-                    % (len(classes), max_instances))
-        boxes, classes = boxes[:max_instances], classes[:max_instances]
-        is_crowd, area = is_crowd[:max_instances], area[:max_instances]
-    pixel_area = (boxes[:, 2] - boxes[:, 0]) * height * (boxes[:, 3] - boxes[:, 1]) * width
-    area = np.where(area > 0, area, pixel_area).astype(np.float32)
-    return image, boxes, classes.astype(np.int32), is_crowd, area, image_id, True
+def _decode_image(data: tf.Tensor) -> tf.Tensor:
+    """uint8 [H, W, 3]: greyscale and RGBA become RGB, CMYK JPEG RGB, 16-bit PNG 8-bit."""
+    image = tf.io.decode_image(data, channels=3, expand_animations=False, dtype=tf.uint8)
+    image.set_shape([None, None, 3])
+    return image
+
+
+def _first_problem(checks: Sequence[Tuple[str, tf.Tensor]]) -> tf.Tensor:
+    """int32 scalar: 1 + the SKIP_KINDS index of the first kind whose condition holds, or 0."""
+    code = tf.constant(0)
+    for kind, condition in reversed(checks):
+        code = tf.where(condition, SKIP_KINDS.index(kind) + 1, code)
+    return code
+
+
+def _text(value) -> tf.Tensor:
+    return tf.strings.as_string(value)
+
+
+def _annotation_checks(raw: Dict[str, tf.Tensor]):
+    """The record-level checks that need no image: [(kind, condition)] and {kind: detail}."""
+    counts = tf.cast(raw["coordinate_counts"], tf.int64)
+    num_boxes = tf.shape(raw["boxes"], out_type=tf.int64)[0]
+    num_labels = tf.size(raw["classes"], out_type=tf.int64)
+    crowd, area = tf.size(raw["is_crowd"], out_type=tf.int64), tf.size(raw["area"], out_type=tf.int64)
+    no_image = tf.logical_and(tf.equal(raw["encoded"], ""), tf.equal(raw["path"], ""))
+    checks = [
+        ("truncated_files", tf.equal(raw["problem"], "truncated_files")),
+        ("unparseable_examples", tf.equal(raw["problem"], "unparseable_examples")),
+        ("mismatched_box_lists", tf.reduce_any(tf.not_equal(counts, counts[0]))),
+        ("label_box_count_mismatches", tf.not_equal(num_labels, num_boxes)),
+        ("mismatched_crowd_or_area",
+         tf.logical_or(tf.logical_and(crowd > 0, crowd != num_labels),
+                       tf.logical_and(area > 0, area != num_labels))),
+        ("missing_images", no_image),
+    ]
+    details = {
+        "truncated_files": raw["problem_detail"], "unparseable_examples": raw["problem_detail"],
+        "mismatched_box_lists": tf.strings.join(
+            ["ymin/xmin/ymax/xmax have ", tf.strings.reduce_join(_text(counts), separator="/"),
+             " values"]),
+        "label_box_count_mismatches": tf.strings.join(
+            [_text(num_labels), " labels for ", _text(num_boxes), " boxes"]),
+        "mismatched_crowd_or_area": tf.strings.join(
+            ["is_crowd has ", _text(crowd), " values and area ", _text(area), " for ",
+             _text(num_labels), " objects"]),
+        "missing_images": tf.constant("no image/encoded bytes"),
+    }
+    return checks, details
+
+
+def _read_and_decode(raw: Dict[str, tf.Tensor], problem: tf.Tensor):
+    """Reads (path) and decodes the image unless `problem` is already set.
+
+    Returns image uint8 [H, W, 3] ([0, 0, 3] when unusable), the updated problem code
+    and {kind: detail} for the image kinds.
+    """
+    needs_read = tf.logical_and(tf.equal(problem, 0), tf.not_equal(raw["path"], ""))
+    data, read_ok = tf.cond(needs_read, lambda: attempt(tf.io.read_file, raw["path"], ""),
+                            lambda: (raw["encoded"], tf.constant(True)))
+    image_format = image_format_graph(data)
+    problem = _update(problem, [("unreadable_image_files", tf.logical_not(read_ok)),
+                                ("undecodable_images", tf.equal(image_format, ""))])
+    empty = tf.zeros([0, 0, 3], tf.uint8)
+    image, decoded = tf.cond(tf.equal(problem, 0), lambda: attempt(_decode_image, data, empty),
+                             lambda: (empty, tf.constant(False)))
+    has_pixels = tf.reduce_prod(tf.shape(image)) > 0
+    problem = _update(problem, [("undecodable_images",
+                                 tf.logical_not(tf.logical_and(decoded, has_pixels)))])
+    undecodable = tf.where(
+        tf.equal(tf.strings.length(data), 0), "zero bytes",
+        tf.where(tf.equal(image_format, ""),
+                 tf.strings.join([_text(tf.strings.length(data)),
+                                  " bytes that are not a JPEG, PNG, GIF or BMP image"]),
+                 tf.strings.join(["corrupt or truncated ", image_format, " data"])))
+    details = {"unreadable_image_files": tf.constant("the image file is missing or unreadable"),
+               "undecodable_images": undecodable}
+    return image, problem, details
+
+
+def _update(problem: tf.Tensor, checks) -> tf.Tensor:
+    """The problem code, or the first of `checks` that holds when there was none."""
+    return tf.where(tf.equal(problem, 0), _first_problem(checks), problem)
 
 
 def decode_and_clean(raw: Dict[str, tf.Tensor], num_classes: int, max_instances: int,
-                     health: DataHealth) -> Dict[str, tf.Tensor]:
-    """Decodes one raw example; use inside Dataset.map, then filter on "ok".
+                     health: DataHealth, strict: bool = False) -> Dict[str, tf.Tensor]:
+    """Decodes and checks one raw example (graph ops); use in Dataset.map, then filter on "ok".
 
     Returns:
       image: uint8 [H, W, 3] (greyscale and RGBA become RGB)
@@ -138,22 +242,117 @@ def decode_and_clean(raw: Dict[str, tf.Tensor], num_classes: int, max_instances:
       classes: int32 [N] in 1..num_classes
       is_crowd: bool [N]; area: float32 [N] (original pixels^2)
       source_id: string; ok: bool (false: skip this example)
-      image_id: int64, `data.image_ids.image_id_to_int64(source_id)` (computed in Python:
-        the same rule the evaluator applies to ground-truth JSON ids)
+      image_id: int64, `data.image_ids.image_id_to_int64(source_id)`
+    Raises (at run time, strict only): InvalidArgumentError naming the record for a
+      class id outside 1..num_classes.
     """
-    outputs = tf.py_function(
-        lambda *args: _clean_numpy(*args, num_classes=num_classes, max_instances=max_instances,
-                                   health=health),
-        [raw["encoded"], raw["path"], raw["source_id"], raw["filename"], raw["boxes"],
-         raw["boxes_normalized"], raw["classes"], raw["is_crowd"], raw["area"]],
-        [tf.uint8, tf.float32, tf.int32, tf.bool, tf.float32, tf.int64, tf.bool])
-    image, boxes, classes, is_crowd, area, image_id, ok = outputs
-    image.set_shape([None, None, 3])
-    boxes.set_shape([None, 4])
-    for tensor in (classes, is_crowd, area):
-        tensor.set_shape([None])
-    image_id.set_shape([])
-    ok.set_shape([])
+    name = record_name(raw)
+    checks, details = _annotation_checks(raw)
+    problem = _first_problem(checks)
+    image, problem, image_details = _read_and_decode(raw, problem)
+    details.update(image_details)
+    boxes = tf.cast(raw["boxes"], tf.float32)
+    finite = tf.boolean_mask(boxes, tf.math.is_finite(boxes))
+    largest = tf.reduce_max(tf.concat([finite, [0.0]], 0))
+    problem = _update(problem, [("pixel_boxes", tf.logical_and(
+        raw["boxes_normalized"], largest > PIXEL_COORDINATE_THRESHOLD))])
+    details["pixel_boxes"] = tf.strings.join(
+        ["box coordinates up to ", tf.strings.as_string(largest, shortest=True),
+         " look like pixels, but the records should hold normalised 0..1 values; skipping "
+         "such records (warned once)"])
+    for code, kind in enumerate(SKIP_KINDS, 1):
+        health.note(kind, name, details[kind], tf.cast(tf.equal(problem, code), tf.int64))
+    ok = tf.equal(problem, 0)
+    health.count_good(ok)
+
+    def cleaned():
+        return _clean_annotations(raw, image, num_classes, max_instances, health, strict, name)
+
+    def nothing():
+        return (tf.zeros([0, 4]), tf.zeros([0], tf.int32), tf.zeros([0], tf.bool), tf.zeros([0]))
+
+    boxes, classes, is_crowd, area = tf.cond(ok, cleaned, nothing)
     return {"image": image, "boxes": boxes, "classes": classes, "is_crowd": is_crowd,
             "area": area, "source_id": raw["source_id"],
-            "image_id": image_id, "ok": ok}
+            "image_id": image_id_to_int64_graph(raw["source_id"]), "ok": ok}
+
+
+def _clean_annotations(raw, image, num_classes, max_instances, health, strict, name):
+    """Normalised, finite, upright, in-range, clipped, non-empty boxes of a usable record.
+
+    Returns boxes float32 [N, 4], classes int32 [N], is_crowd bool [N], area float32 [N].
+    """
+    height, width = tf.shape(image, out_type=tf.int64)[0], tf.shape(image, out_type=tf.int64)[1]
+    fields = tf.stack([raw["height"], raw["width"]])
+    size_differs = tf.logical_and(tf.reduce_all(fields > 0),
+                                  tf.reduce_any(fields != tf.stack([height, width])))
+    health.note("size_mismatches", name, tf.strings.join(
+        ["image/height, image/width say ", _text(raw["height"]), "x", _text(raw["width"]),
+         ", the image is ", _text(height), "x", _text(width), "; using the image's size"]),
+        tf.cast(size_differs, tf.int64))
+
+    boxes = tf.cast(raw["boxes"], tf.float32)
+    classes = tf.cast(raw["classes"], tf.int64)
+    num = tf.size(classes)
+    is_crowd = tf.cond(tf.size(raw["is_crowd"]) > 0, lambda: tf.cast(raw["is_crowd"], tf.bool),
+                       lambda: tf.zeros([num], tf.bool))
+    area = tf.cond(tf.size(raw["area"]) > 0, lambda: tf.cast(raw["area"], tf.float32),
+                   lambda: tf.zeros([num], tf.float32))
+    scale = tf.cast(tf.stack([height, width, height, width]), tf.float32)
+    boxes = tf.cond(raw["boxes_normalized"], lambda: boxes, lambda: boxes / scale)
+    objects = (boxes, classes, is_crowd, area)
+
+    def _bad_class(c):
+        return tf.logical_or(c < 1, c > num_classes)
+
+    if strict:
+        bad_class = _bad_class(classes)
+        tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad_class)), [tf.strings.join(
+            [name, " has class id ", _text(_first(tf.boolean_mask(classes, bad_class))),
+             " outside 1..%d" % num_classes,
+             " (strict_data is on; check num_classes and the label map)"])])
+    # Each check sees the objects the previous ones kept.
+    not_finite = tf.logical_not(tf.reduce_all(tf.math.is_finite(objects[0]), axis=1))
+    objects = _drop(objects, not_finite, "nan_boxes_dropped", " box(es) with NaN or inf",
+                    health, name)
+    boxes = objects[0]
+    inverted = tf.logical_or(boxes[:, 0] > boxes[:, 2], boxes[:, 1] > boxes[:, 3])
+    objects = _drop(objects, inverted, "inverted_boxes_dropped", " box(es) with min above max",
+                    health, name)
+    bad_class = _bad_class(objects[1])
+    objects = _drop(objects, bad_class, "bad_class_boxes_dropped", tf.strings.join(
+        [" box(es) with class ids outside 1..%d, e.g. " % num_classes,
+         _text(_first(tf.boolean_mask(objects[1], bad_class)))]), health, name)
+    boxes = objects[0]
+    outside = tf.reduce_any(tf.logical_or(boxes < 0.0, boxes > 1.0), axis=1)
+    _note_count(health, "boxes_clipped", name, outside, " box(es) partly outside the image")
+    objects = (tf.clip_by_value(boxes, 0.0, 1.0),) + objects[1:]
+    boxes = objects[0]
+    no_area = tf.logical_or(boxes[:, 2] <= boxes[:, 0], boxes[:, 3] <= boxes[:, 1])
+    objects = _drop(objects, no_area, "empty_boxes_dropped", " box(es) with no area", health, name)
+    num = tf.size(objects[1])
+    health.note("instances_truncated", name, tf.strings.join(
+        [_text(num), " objects, keeping the first %d" % max_instances]),
+        tf.cast(num > max_instances, tf.int64))
+    boxes, classes, is_crowd, area = (t[:max_instances] for t in objects)
+    pixel_area = ((boxes[:, 2] - boxes[:, 0]) * tf.cast(height, tf.float32)
+                  * (boxes[:, 3] - boxes[:, 1]) * tf.cast(width, tf.float32))
+    area = tf.where(area > 0, area, pixel_area)
+    return boxes, tf.cast(classes, tf.int32), is_crowd, area
+
+
+def _first(values: tf.Tensor) -> tf.Tensor:
+    """values[0] of a 1-D tensor, or 0 when it is empty."""
+    return tf.concat([values, tf.zeros([1], values.dtype)], 0)[0]
+
+
+def _note_count(health, kind, name, mask, detail):
+    count = tf.reduce_sum(tf.cast(mask, tf.int64))
+    health.note(kind, name, tf.strings.join([_text(count), detail]), count)
+
+
+def _drop(objects, drop, kind, detail, health, name):
+    """objects (boxes, classes, is_crowd, area) without those where `drop` (bool [N])."""
+    _note_count(health, kind, name, drop, detail)
+    keep = tf.logical_not(drop)
+    return tuple(tf.boolean_mask(t, keep) for t in objects)

@@ -14,6 +14,7 @@ Each element is `(images, labels)`:
     groundtruth_area float32 (original pixels^2).
 """
 
+import collections
 from typing import Optional, Sequence
 
 import tensorflow as tf
@@ -22,11 +23,15 @@ from efficientdet_keras.anchors import AnchorLabeler
 from efficientdet_keras.data import augment
 from efficientdet_keras.data.decode import DataHealth, decode_and_clean
 from efficientdet_keras.data.records import (ImageRecord, list_files, load_coco_records,
-                                             parse_tf_example, raw_dataset_from_records)
+                                             raw_dataset_from_records,
+                                             raw_dataset_from_tfrecord_file)
 from efficientdet_keras.precision import policy_from_config
 
 # Records read ahead and mixed by the training shuffle.
 SHUFFLE_BUFFER = 1024
+# A resumed pipeline's order seed is seed + this x start_step (+ pipeline id): more than any
+# number of input pipelines, so no two (start step, pipeline) pairs share a seed.
+_START_STEP_SEED_STRIDE = 1_000_003
 
 
 class TFRecordSource:
@@ -34,22 +39,26 @@ class TFRecordSource:
 
     def __init__(self, file_patterns):
         self.files = list_files(file_patterns)
+        # Sizes tell a truncated file from a complete one (see raw_dataset_from_tfrecord_file).
+        self.file_sizes = [tf.io.gfile.stat(path).length for path in self.files]
 
     def raw_dataset(self, input_context: Optional[tf.distribute.InputContext], shuffle: bool,
                     seed: Optional[int]) -> tf.data.Dataset:
-        files = tf.data.Dataset.from_tensor_slices(self.files)
+        files = tf.data.Dataset.from_tensor_slices(
+            (self.files, tf.constant(self.file_sizes, tf.int64)))
         sharded_by_file = input_context is not None and \
             len(self.files) >= input_context.num_input_pipelines
         if sharded_by_file:
             files = files.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
         if shuffle:
             files = files.shuffle(len(self.files), seed=seed)
-        records = files.interleave(tf.data.TFRecordDataset, cycle_length=min(len(self.files), 8),
+        records = files.interleave(raw_dataset_from_tfrecord_file,
+                                   cycle_length=min(len(self.files), 8),
                                    num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         if input_context is not None and not sharded_by_file:
             records = records.shard(input_context.num_input_pipelines,
                                     input_context.input_pipeline_id)
-        return records.map(parse_tf_example, num_parallel_calls=tf.data.AUTOTUNE)
+        return records
 
 
 class RecordsSource:
@@ -73,7 +82,8 @@ class CocoSource(RecordsSource):
     """A COCO instances JSON plus its image folder, read directly (no conversion step)."""
 
     def __init__(self, annotation_file: str, image_dir: str):
-        super().__init__(load_coco_records(annotation_file, image_dir))
+        self.skipped = collections.Counter()  # Entries left out, by kind (for the data report).
+        super().__init__(load_coco_records(annotation_file, image_dir, self.skipped))
         self.annotation_file = annotation_file
 
 
@@ -86,6 +96,18 @@ def make_source(file_pattern: str = None, coco_json: str = None, image_dir: str 
             raise ValueError("COCO JSON input %s needs an image directory" % coco_json)
         return CocoSource(coco_json, image_dir)
     raise ValueError("No input data: give a TFRecord file pattern or a COCO JSON with images")
+
+
+def describe_source(source) -> str:
+    """Names a data source in messages: its files, COCO JSON or first image."""
+    if hasattr(source, "files"):
+        shown = source.files[:3] + (["..."] if len(source.files) > 3 else [])
+        return "TFRecord files %s" % ", ".join(shown)
+    if hasattr(source, "annotation_file"):
+        return "COCO JSON %s" % source.annotation_file
+    if getattr(source, "records", None):
+        return "%d images such as %s" % (len(source.records), source.records[0].path)
+    return type(source).__name__
 
 
 def _pipeline_position(input_context: Optional[tf.distribute.InputContext]):
@@ -108,16 +130,23 @@ class InputPipeline:
         each replica gets its share.
       seed: makes order and augmentation repeatable.
       health: DataHealth that counts skipped and repaired data (one is made if omitted).
+      start_step: the training step the pipeline feeds first (a resumed run's step).
+        The order is reseeded from it, and augmentation continues from the element
+        numbers the first start_step steps used, so a resumed run does not replay the
+        batches it trained on before (and decodes nothing to skip them).
     """
 
     def __init__(self, config, source, is_training: bool, batch_size: Optional[int] = None,
-                 seed: Optional[int] = None, health: Optional[DataHealth] = None):
+                 seed: Optional[int] = None, health: Optional[DataHealth] = None,
+                 start_step: int = 0):
         self.config = config
         self.source = source
         self.is_training = is_training
         self.batch_size = int(batch_size or config.batch_size)
         self.seed = seed
+        self.start_step = int(start_step)
         self.health = health or DataHealth()
+        self.health.source_problems.update(getattr(source, "skipped", {}))
         self.image_size = tuple(config.image_size)
         self.labeler = AnchorLabeler(config, self.image_size)
         self.compute_dtype = policy_from_config(config).compute_dtype
@@ -130,23 +159,30 @@ class InputPipeline:
         if input_context is not None:
             batch_size = input_context.get_per_replica_batch_size(self.batch_size)
         num_pipelines, pipeline_id = _pipeline_position(input_context)
-        dataset = self.source.raw_dataset(input_context, self.is_training, self.seed)
+        order_seed = None if self.seed is None else \
+            self.seed + _START_STEP_SEED_STRIDE * self.start_step
+        dataset = self.source.raw_dataset(input_context, self.is_training, order_seed)
         if self.is_training:
             # Each pipeline shuffles its own way (pipeline 0 as a lone pipeline would).
-            shuffle_seed = None if self.seed is None else self.seed + pipeline_id
+            shuffle_seed = None if order_seed is None else order_seed + pipeline_id
             dataset = dataset.shuffle(SHUFFLE_BUFFER, seed=shuffle_seed,
                                       reshuffle_each_iteration=True)
-            dataset = dataset.repeat()
         config = self.config
-        dataset = dataset.map(
+        decoded = dataset.map(
             lambda raw: decode_and_clean(raw, config.num_classes, config.max_instances_per_image,
-                                         self.health),
+                                         self.health, strict=bool(config.get("strict_data"))),
             num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        dataset = dataset.filter(lambda example: example["ok"])
+        # Filtering before repeat() lets a stream without good records end instead of
+        # spinning forever; the tail then turns that end into an error naming the source.
+        dataset = decoded.filter(lambda example: example["ok"])
+        if self.is_training:
+            dataset = dataset.repeat()
+        dataset = dataset.concatenate(self._fail_when_nothing_was_good(decoded))
         # The element index seeds each example's augmentation (stateless, repeatable).
         # Numbering elements across pipelines (index * num_pipelines + pipeline_id)
         # gives every replica and worker its own draws; one pipeline counts 0, 1, 2, ...
-        dataset = dataset.enumerate()
+        # A resumed pipeline counts on from what the steps before start_step used.
+        dataset = dataset.enumerate(start=self.start_step * self.batch_size // num_pipelines)
         dataset = dataset.map(
             lambda index, example: self._prepare(index * num_pipelines + pipeline_id, example),
             num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
@@ -155,6 +191,23 @@ class InputPipeline:
         options.deterministic = self.seed is not None or not self.is_training
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
         return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+    def _fail_when_nothing_was_good(self, decoded: tf.data.Dataset) -> tf.data.Dataset:
+        """A tail for the filtered stream: empty when some record was good, else an
+        InvalidArgumentError "no usable records in <source>" (not a silent end or a hang)."""
+        message = ("no usable records in %s: every record was skipped as bad data (see the "
+                   "'Data:' warnings above)" % describe_source(self.source))
+
+        def fail(_):
+            with tf.control_dependencies([tf.debugging.Assert(tf.constant(False), [message])]):
+                return tf.nest.map_structure(
+                    lambda spec: tf.zeros([d or 0 for d in spec.shape], spec.dtype),
+                    decoded.element_spec)
+
+        # Read only when the filtered stream has ended, so the count is final then.
+        nothing_good = tf.data.Dataset.from_tensors(0).filter(
+            lambda _: tf.equal(self.health.good_records(), 0))
+        return nothing_good.map(fail)
 
     def _normalize(self, image: tf.Tensor) -> tf.Tensor:
         mean = tf.constant(self.config.mean_rgb, tf.float32)

@@ -13,18 +13,26 @@ Raw example (all tensors, one image):
   filename: string
   boxes: float32 [N, 4] [ymin, xmin, ymax, xmax]
   boxes_normalized: bool scalar, true when boxes are in 0..1, false for pixels
-  classes: int64 [N], class ids 1..num_classes
-  is_crowd: bool [N]
-  area: float32 [N] (pixels^2; 0 when unknown)
+  classes: int64 [L], class ids 1..num_classes (L != N is a bad record)
+  is_crowd: bool [C], C = L, or 0 when not given
+  area: float32 [A] (pixels^2; 0 when unknown), A = L, or 0 when not given
+  coordinate_counts: int32 [4], how many ymin, xmin, ymax, xmax values the record
+    holds (boxes keeps the first N = min of them)
+  height, width: int64, the sizes the record states (-1 when it states none)
+  origin: string, where a TFRecord example sits ("#3 of data/train.tfrecord"), or ""
+  problem, problem_detail: string, a `data.decode.SKIP_KINDS` kind found while reading
+    ("unparseable_examples", "truncated_files") and what it was, or "" and ""
 """
 
+import collections
 import dataclasses
 import json
 import os
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from efficientdet_keras.data.image_ids import ImageId, image_id_to_int64
 
@@ -65,6 +73,13 @@ def read_coco_json(annotation_file: str) -> dict:
       image id for malformed JSON, an image without "id", or an image id that
       appears twice (or two ids that map to one int64, like "0123" and 123).
     """
+    data = _read_coco_dict(annotation_file)
+    coco_image_ids(data, annotation_file)
+    return data
+
+
+def _read_coco_dict(annotation_file: str) -> dict:
+    """The parsed JSON, with its "images" and "annotations" lists (not checked further)."""
     if not os.path.exists(annotation_file):
         raise FileNotFoundError("COCO annotation file not found: %s" % annotation_file)
     with open(annotation_file) as f:
@@ -72,10 +87,12 @@ def read_coco_json(annotation_file: str) -> dict:
             data = json.load(f)
         except json.JSONDecodeError as e:
             raise ValueError("%s is not valid JSON: %s" % (annotation_file, e)) from None
+    if not isinstance(data, dict):
+        raise ValueError("%s holds a %s, not a COCO instances object" % (annotation_file,
+                                                                        type(data).__name__))
     for key in ("images", "annotations"):
-        if key not in data:
+        if not isinstance(data.get(key), list):
             raise ValueError("%s has no %r list; is it a COCO instances file?" % (annotation_file, key))
-    coco_image_ids(data, annotation_file)
     return data
 
 
@@ -102,42 +119,180 @@ def coco_image_ids(data: dict, annotation_file: str) -> Dict[int, ImageId]:
     return ids
 
 
-def load_coco_records(annotation_file: str, image_dir: str) -> List[ImageRecord]:
+def load_coco_records(annotation_file: str, image_dir: str,
+                      skipped: Optional[collections.Counter] = None) -> List[ImageRecord]:
     """Reads a COCO instances JSON into ImageRecords (images without annotations included).
 
     COCO boxes [x, y, w, h] become [ymin, xmin, ymax, xmax]. Category ids are
     kept as they are (COCO's 1..90); see `data.label_maps` to remap. Image ids are
-    kept as the file spells them (int or string).
+    kept as the file spells them (int or string); numbers written as strings
+    ("3", "12.5") in bbox and category_id are read as numbers.
+
+    Bad entries are skipped, each with a warning naming the file and the image id
+    or file name: an image entry without id, file_name or a positive height and
+    width; an image id that appears twice (every entry with it: their annotations
+    cannot be told apart); an image file missing from `image_dir`; an annotation
+    without a valid bbox or category_id, or for an image id the file does not list.
+    (The evaluator's ground truth stays strict: `read_coco_json`.)
+
+    Args:
+      skipped: a Counter that gains the number of skipped entries per kind.
 
     Raises:
-      FileNotFoundError naming the file; ValueError naming the key or image id
-      for malformed JSON or duplicate image ids.
+      FileNotFoundError naming the file; ValueError for malformed JSON, or when the
+      file lists images but none of them can be used (naming `image_dir` when their
+      files are missing).
     """
-    data = read_coco_json(annotation_file)
+    data = _read_coco_dict(annotation_file)
+    problems = _SkippedEntries(annotation_file)
+    images, listed = _usable_images(data["images"], image_dir, problems)
+    annotations = _annotations_by_image(data["annotations"], images, listed, problems)
+    problems.log_summary(len(data["images"]), len(data["annotations"]))
+    if skipped is not None:
+        skipped.update(problems.counts)
+    if data["images"] and not images:
+        missing = problems.counts[_MISSING_FILE]
+        raise ValueError("None of the %d images of %s can be used%s" % (
+            len(data["images"]), annotation_file,
+            "; %d image files are not in the image directory %s" % (missing, image_dir)
+            if missing else " (see the warnings above)"))
+    return [_coco_record(image, annotations.get(number, []), image_dir)
+            for number, image in images.items()]
+
+
+_MISSING_FILE = "image file missing"
+# Named warnings per kind of problem; the rest are counted in the summary line.
+_WARNINGS_PER_KIND = 20
+
+
+class _SkippedEntries:
+    """Counts the entries of one COCO file that are skipped, warning about the first few."""
+
+    def __init__(self, annotation_file: str):
+        self.annotation_file = annotation_file
+        self.counts: collections.Counter = collections.Counter()
+
+    def skip(self, kind: str, entry: str) -> None:
+        self.counts[kind] += 1
+        if self.counts[kind] <= _WARNINGS_PER_KIND:
+            logging.warning("%s: skipping %s: %s", self.annotation_file, entry, kind)
+
+    def log_summary(self, num_images: int, num_annotations: int) -> None:
+        if self.counts:
+            counts = ", ".join("%d x %s" % (n, kind) for kind, n in sorted(self.counts.items()))
+            logging.warning("%s: skipped %s (of %d images, %d annotations)",
+                            self.annotation_file, counts, num_images, num_annotations)
+
+
+def _usable_images(images: list, image_dir: str,
+                   problems: _SkippedEntries) -> Tuple[Dict[int, dict], Set[int]]:
+    """{int64 image id: image entry} of the entries that are complete and have their file,
+    and the int64 ids of all entries with a valid id (skipped ones too)."""
+    by_number: Dict[int, dict] = {}
+    duplicated, listed = set(), set()
+    for image in images:
+        number = _image_number(image, problems)
+        if number is None:
+            continue
+        listed.add(number)
+        if number in by_number or number in duplicated:
+            problems.skip("image id appears more than once", "image id %r" % (image["id"],))
+            duplicated.add(number)
+            continue
+        by_number[number] = image
+    for number in duplicated:
+        first = by_number.pop(number, None)
+        if first is not None:
+            problems.skip("image id appears more than once", "image id %r" % (first["id"],))
+    local = "://" not in image_dir  # Remote folders are not listed file by file.
+    usable = {}
+    for number, image in by_number.items():
+        path = os.path.join(image_dir, image["file_name"])
+        if local and not os.path.isfile(path):
+            problems.skip(_MISSING_FILE, "image id %r (%s)" % (image["id"], path))
+            continue
+        usable[number] = image
+    return usable, listed
+
+
+def _image_number(image, problems: _SkippedEntries) -> Optional[int]:
+    """The int64 id of a complete image entry; None (and a warning) for a bad one."""
+    if not isinstance(image, dict):
+        problems.skip("image entry is not an object", repr(image)[:80])
+        return None
+    name = "image id %r (%s)" % (image.get("id"), image.get("file_name"))
+    absent = [key for key in ("id", "file_name", "height", "width") if key not in image]
+    if absent:
+        problems.skip("image entry lacks %s" % ", ".join(absent), name)
+        return None
+    if _number(image["height"]) is None or _number(image["width"]) is None or \
+            min(_number(image["height"]), _number(image["width"])) <= 0:
+        problems.skip("image height and width must be positive numbers", name)
+        return None
+    try:
+        return image_id_to_int64(image["id"])
+    except ValueError:
+        problems.skip("image id is neither an int64 nor a string", name)
+        return None
+
+
+def _annotations_by_image(annotations: list, images: Dict[int, dict], listed: Set[int],
+                          problems: _SkippedEntries) -> Dict[int, list]:
+    """{int64 image id: [(bbox [x, y, w, h] floats, category id, annotation)]} of the valid
+    annotations of usable images (those of skipped images are dropped quietly)."""
     by_image: Dict[int, list] = {}
-    for ann in data["annotations"]:
-        by_image.setdefault(image_id_to_int64(ann["image_id"]), []).append(ann)
-    records = []
-    for image in data["images"]:
+    for ann in annotations:
+        if not isinstance(ann, dict) or "image_id" not in ann:
+            problems.skip("annotation without image_id", "annotation %r" % (ann,))
+            continue
+        name = "annotation %r of image id %r" % (ann.get("id"), ann["image_id"])
         try:
-            image_id, file_name = image["id"], image["file_name"]
-            height, width = int(image["height"]), int(image["width"])
-        except KeyError as e:
-            raise ValueError("%s: image entry %r lacks key %s" % (annotation_file, image, e)) from None
-        anns = by_image.get(image_id_to_int64(image_id), [])
-        if anns:
-            xywh = np.array([a["bbox"] for a in anns], np.float32).reshape(-1, 4)
-            boxes = np.stack([xywh[:, 1], xywh[:, 0], xywh[:, 1] + xywh[:, 3],
-                              xywh[:, 0] + xywh[:, 2]], axis=1)
-            classes = np.array([a["category_id"] for a in anns], np.int64)
-            is_crowd = np.array([bool(a.get("iscrowd", 0)) for a in anns], bool)
-            area = np.array([a.get("area", w * h) for a, (_, _, w, h) in zip(anns, xywh)],
-                            np.float32)
-        else:
-            boxes, classes, is_crowd, area = empty_annotations()
-        records.append(ImageRecord(_json_id(image_id), os.path.join(image_dir, file_name), height,
-                                   width, boxes, classes, is_crowd, area))
-    return records
+            number = image_id_to_int64(ann["image_id"])
+        except ValueError:
+            number = None
+        if number not in images:
+            if number not in listed:  # Those of skipped images go with them, unnamed.
+                problems.skip("annotation for an image id the file does not list", name)
+            continue
+        bbox = ann.get("bbox")
+        bbox = [_number(v) for v in bbox] if isinstance(bbox, (list, tuple)) else []
+        if len(bbox) != 4 or None in bbox:
+            problems.skip("annotation without a valid bbox [x, y, w, h]", name)
+            continue
+        category = _number(ann.get("category_id"))
+        if category is None or category != int(category):
+            problems.skip("annotation without a valid category_id", name)
+            continue
+        by_image.setdefault(number, []).append((bbox, int(category), ann))
+    return by_image
+
+
+def _number(value) -> Optional[float]:
+    """A JSON number, or a string that holds one ("3"); None otherwise (NaN and inf too)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if np.isfinite(number) else None
+
+
+def _coco_record(image: dict, annotations: list, image_dir: str) -> ImageRecord:
+    """The ImageRecord of a usable image entry and its valid annotations."""
+    height, width = int(_number(image["height"])), int(_number(image["width"]))
+    if annotations:
+        xywh = np.array([bbox for bbox, _, _ in annotations], np.float32).reshape(-1, 4)
+        boxes = np.stack([xywh[:, 1], xywh[:, 0], xywh[:, 1] + xywh[:, 3],
+                          xywh[:, 0] + xywh[:, 2]], axis=1)
+        classes = np.array([category for _, category, _ in annotations], np.int64)
+        is_crowd = np.array([bool(a.get("iscrowd", 0)) for _, _, a in annotations], bool)
+        area = np.array([_number(a.get("area")) or w * h
+                         for (_, _, w, h), (_, _, a) in zip(xywh, annotations)], np.float32)
+    else:
+        boxes, classes, is_crowd, area = empty_annotations()
+    return ImageRecord(_json_id(image["id"]), os.path.join(image_dir, image["file_name"]), height,
+                       width, boxes, classes, is_crowd, area)
 
 
 def _json_id(image_id: ImageId) -> ImageId:
@@ -177,15 +332,25 @@ def raw_dataset_from_records(records: Sequence[ImageRecord]) -> tf.data.Dataset:
         "path": tf.constant([r.path for r in records]),
         "source_id": tf.constant([str(r.image_id) for r in records]),
         "filename": tf.constant([r.filename for r in records]),
+        "height": tf.constant([int(r.height) for r in records], tf.int64),
+        "width": tf.constant([int(r.width) for r in records], tf.int64),
         "boxes": boxes, "classes": classes, "is_crowd": is_crowd, "area": area,
     }
 
     def to_raw(example):
-        return dict(encoded=tf.constant(""), boxes_normalized=tf.constant(False),
-                    **{k: (v.to_tensor() if isinstance(v, tf.RaggedTensor) else v)
-                       for k, v in example.items()})
+        raw = {k: (v.to_tensor() if isinstance(v, tf.RaggedTensor) else v)
+               for k, v in example.items()}
+        raw["boxes"] = tf.reshape(raw["boxes"], [-1, 4])
+        return dict(raw, encoded=tf.constant(""), boxes_normalized=tf.constant(False),
+                    coordinate_counts=tf.fill([4], tf.shape(raw["boxes"])[0]),
+                    **_no_problem())
 
     return tf.data.Dataset.from_tensor_slices(slices).map(to_raw)
+
+
+def _no_problem(origin="") -> Dict[str, tf.Tensor]:
+    return {"origin": tf.constant(origin) if isinstance(origin, str) else origin,
+            "problem": tf.constant(""), "problem_detail": tf.constant("")}
 
 
 def _ragged(arrays, lengths, dtype, empty_shape) -> tf.RaggedTensor:
@@ -234,47 +399,110 @@ def record_to_tf_example(record: ImageRecord, encoded: bytes,
 
 
 _TF_EXAMPLE_FEATURES = {
-    "image/encoded": tf.io.FixedLenFeature((), tf.string),
+    "image/encoded": tf.io.FixedLenFeature((), tf.string, default_value=""),
     "image/source_id": tf.io.FixedLenFeature((), tf.string, default_value=""),
     "image/filename": tf.io.FixedLenFeature((), tf.string, default_value=""),
     "image/height": tf.io.FixedLenFeature((), tf.int64, default_value=-1),
     "image/width": tf.io.FixedLenFeature((), tf.int64, default_value=-1),
-    "image/object/bbox/xmin": tf.io.VarLenFeature(tf.float32),
     "image/object/bbox/ymin": tf.io.VarLenFeature(tf.float32),
-    "image/object/bbox/xmax": tf.io.VarLenFeature(tf.float32),
+    "image/object/bbox/xmin": tf.io.VarLenFeature(tf.float32),
     "image/object/bbox/ymax": tf.io.VarLenFeature(tf.float32),
+    "image/object/bbox/xmax": tf.io.VarLenFeature(tf.float32),
     "image/object/class/label": tf.io.VarLenFeature(tf.int64),
     "image/object/area": tf.io.VarLenFeature(tf.float32),
     "image/object/is_crowd": tf.io.VarLenFeature(tf.int64),
 }
+_COORDINATES = ("ymin", "xmin", "ymax", "xmax")
 
 
-def parse_tf_example(serialized: tf.Tensor) -> Dict[str, tf.Tensor]:
+def _parse_features(serialized: tf.Tensor) -> Dict[str, tf.Tensor]:
+    """The Object Detection API features of a serialized tf.Example, dense (fails at run
+    time on bytes that are not a tf.Example or a feature of the wrong type)."""
+    parsed = tf.io.parse_single_example(serialized, _TF_EXAMPLE_FEATURES)
+    return {k: tf.sparse.to_dense(v) if isinstance(v, tf.SparseTensor) else v
+            for k, v in parsed.items()}
+
+
+def _empty_features() -> Dict[str, tf.Tensor]:
+    """`_parse_features`' structure with no values: what an unparseable record becomes."""
+    return {key: (tf.constant(feature.default_value, feature.dtype)
+                  if isinstance(feature, tf.io.FixedLenFeature) else tf.zeros([0], feature.dtype))
+            for key, feature in _TF_EXAMPLE_FEATURES.items()}
+
+
+def parse_tf_example(serialized: tf.Tensor, origin="") -> Dict[str, tf.Tensor]:
     """Parses one serialized tf.Example (Object Detection API layout) into a raw example.
 
-    Missing is_crowd means not crowd; missing area means 0 (computed later).
+    Never fails: bytes that are not a tf.Example, or a feature of the wrong type, give
+    problem "unparseable_examples"; lists of different lengths are left for
+    `data.decode` to report. `origin` (string) says where the record sits.
     """
-    parsed = tf.io.parse_single_example(serialized, _TF_EXAMPLE_FEATURES)
-    dense = {k: tf.sparse.to_dense(v) if isinstance(v, tf.SparseTensor) else v
-             for k, v in parsed.items()}
-    boxes = tf.stack([dense["image/object/bbox/ymin"], dense["image/object/bbox/xmin"],
-                      dense["image/object/bbox/ymax"], dense["image/object/bbox/xmax"]], axis=-1)
-    classes = dense["image/object/class/label"]
-    num = tf.shape(classes)[0]
-    boxes = boxes[:num]
-    is_crowd = tf.cast(dense["image/object/is_crowd"], tf.bool)
-    is_crowd = tf.cond(tf.shape(is_crowd)[0] == num, lambda: is_crowd,
-                       lambda: tf.zeros([num], tf.bool))
-    area = dense["image/object/area"]
-    area = tf.cond(tf.shape(area)[0] == num, lambda: area, lambda: tf.zeros([num], tf.float32))
-    source_id = dense["image/source_id"]
-    filename = dense["image/filename"]
-    return {
+    from efficientdet_keras.data.decode import attempt
+    dense, parsed = attempt(_parse_features, serialized, _empty_features())
+    coordinates = [dense["image/object/bbox/%s" % name] for name in _COORDINATES]
+    counts = tf.stack([tf.shape(c)[0] for c in coordinates])
+    num_boxes = tf.reduce_min(counts)
+    boxes = tf.stack([c[:num_boxes] for c in coordinates], axis=-1)
+    source_id, filename = dense["image/source_id"], dense["image/filename"]
+    raw = {
         "encoded": dense["image/encoded"], "path": tf.constant(""),
         "source_id": tf.where(tf.strings.length(source_id) > 0, source_id, filename),
         "filename": filename, "boxes": boxes, "boxes_normalized": tf.constant(True),
-        "classes": classes, "is_crowd": is_crowd, "area": area,
+        "classes": dense["image/object/class/label"],
+        "is_crowd": tf.cast(dense["image/object/is_crowd"], tf.bool),
+        "area": dense["image/object/area"], "coordinate_counts": counts,
+        "height": dense["image/height"], "width": dense["image/width"],
     }
+    raw.update(_no_problem(origin))
+    raw["problem"] = tf.where(parsed, "", "unparseable_examples")
+    raw["problem_detail"] = tf.where(
+        parsed, "", "bytes that are not a tf.Example, or a feature of the wrong type")
+    return raw
+
+
+# TFRecord framing around each record's data: length (8), its CRC (4), data CRC (4).
+_TFRECORD_FRAMING_BYTES = 16
+
+
+def raw_dataset_from_tfrecord_file(path: tf.Tensor, size: tf.Tensor) -> tf.data.Dataset:
+    """The raw examples of one TFRecord file of `size` bytes (string and int64 scalars).
+
+    A truncated file or a record with a bad CRC ends the file early: the records before
+    it are kept, and one raw example with problem "truncated_files" names the file.
+    """
+    records = tf.data.TFRecordDataset(path).ignore_errors().map(lambda s: (s, False))
+    end = tf.data.Dataset.from_tensors((tf.constant(b""), True))
+
+    def count_bytes(state, element):
+        serialized, is_end = element
+        read, index = state
+        read += tf.where(is_end, tf.constant(0, tf.int64),
+                         tf.cast(tf.strings.length(serialized), tf.int64) + _TFRECORD_FRAMING_BYTES)
+        return (read, index + 1), (serialized, is_end, read, index)
+
+    def to_raw(serialized, is_end, read, index):
+        origin = tf.strings.join(["#", tf.strings.as_string(index), " of ", path])
+        return tf.cond(is_end, lambda: _truncated_file(serialized, path, index, read, size),
+                       lambda: parse_tf_example(serialized, origin))
+
+    counted = records.concatenate(end).scan((tf.constant(0, tf.int64), tf.constant(0, tf.int64)),
+                                            count_bytes)
+    # The end marker stays only when the records read do not fill the file.
+    counted = counted.filter(lambda s, is_end, read, i: tf.logical_or(
+        tf.logical_not(is_end), read < size))
+    return counted.map(to_raw)
+
+
+def _truncated_file(empty: tf.Tensor, path, index, read, size) -> Dict[str, tf.Tensor]:
+    """The raw example that reports a TFRecord file whose rest cannot be read."""
+    raw = parse_tf_example(empty)  # Empty bytes parse as an empty Example.
+    raw.update(_no_problem(tf.strings.join(["TFRecord file ", path])))
+    raw["problem"] = tf.constant("truncated_files")
+    raw["problem_detail"] = tf.strings.join(
+        ["truncated or corrupt (bad CRC) after ", tf.strings.as_string(index), " records (",
+         tf.strings.as_string(size - read), " of ", tf.strings.as_string(size),
+         " bytes unreadable); skipping the rest of the file"])
+    return raw
 
 
 def list_files(file_patterns) -> List[str]:

@@ -22,6 +22,8 @@ import tensorflow as tf
 
 from efficientdet_keras.data.records import ImageRecord, records_to_coco
 from efficientdet_keras.data.tfrecord_writer import write_tfrecords
+from efficientdet_keras.fileio import (write_bytes_atomically, write_json_atomically,
+                                       write_text_atomically)
 
 SYNTHETIC_LABEL_MAP = {1: "circle", 2: "square", 3: "triangle", 4: "cross"}
 CIRCLE, SQUARE, TRIANGLE, CROSS = 1, 2, 3, 4
@@ -272,11 +274,9 @@ def _write_split(records_and_images, image_dir: str, json_file: str,
     os.makedirs(image_dir, exist_ok=True)
     records = []
     for record, image in records_and_images:
-        with open(record.path, "wb") as f:
-            f.write(tf.io.encode_jpeg(image, quality=95).numpy())
+        write_bytes_atomically(record.path, tf.io.encode_jpeg(image, quality=95).numpy())
         records.append(record)
-    with open(json_file, "w") as f:
-        json.dump(records_to_coco(records, SYNTHETIC_LABEL_MAP), f)
+    write_json_atomically(json_file, records_to_coco(records, SYNTHETIC_LABEL_MAP), indent=None)
     if tfrecord_pattern and records:
         prefix = tfrecord_pattern.split("-*")[0]
         write_tfrecords(records, prefix, num_shards, SYNTHETIC_LABEL_MAP, show_progress=False)
@@ -330,8 +330,5 @@ def write_synthetic_dataset(out_dir: str, num_train: int = 1000, num_val: int = 
                                    dataset.val_images),
                  dataset.val_images, dataset.val_json, dataset.val_tfrecord, num_shards)
 
-    temp_path = manifest_path + ".tmp"
-    with open(temp_path, "w") as f:
-        json.dump(manifest, f, indent=2, sort_keys=True)
-    os.replace(temp_path, manifest_path)
+    write_text_atomically(manifest_path, json.dumps(manifest, indent=2, sort_keys=True))
     return dataset

@@ -26,7 +26,14 @@ def source_image_ids(source) -> List[str]:
     Reads the raw records only (no image decoding): for TFRecords one pass over
     the files, for COCO JSON, VOC and synthetic sources just their record lists.
     """
-    dataset = source.raw_dataset(None, False, None).map(lambda raw: raw["source_id"])
+    # Records found broken while reading (see data.records) have no id to check.
+    def readable(raw):
+        return tf.equal(raw["problem"], "")
+
+    def source_id(raw):
+        return raw["source_id"]
+
+    dataset = source.raw_dataset(None, False, None).filter(readable).map(source_id)
     ids = []
     for batch in dataset.batch(4096).prefetch(tf.data.AUTOTUNE):
         ids.extend(value.decode("utf-8", errors="surrogateescape") for value in batch.numpy())

@@ -16,6 +16,7 @@ import shutil
 import tensorflow as tf
 
 from efficientdet_keras.checkpoint import ensure_built, variable_name
+from efficientdet_keras.fileio import fsync_tree
 
 _PREDICTION_LAYERS = ("class_net/class-predict/", "box_net/box-predict/")
 
@@ -59,6 +60,7 @@ def export_feature_module(model, export_dir: str) -> str:
             module.__call__.get_concrete_function(spec, training=training)
         tmp_dir = export_dir.rstrip("/") + ".tmp"
         tf.saved_model.save(module, tmp_dir)
+    fsync_tree(tmp_dir)  # The rename below publishes complete files only.
     if os.path.exists(export_dir):
         shutil.rmtree(export_dir)
     os.replace(tmp_dir, export_dir)

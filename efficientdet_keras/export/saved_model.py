@@ -14,7 +14,6 @@ also holds label_map.json ({class id: name}) when the config has a label map.
 """
 
 import contextlib
-import json
 import os
 import shutil
 
@@ -22,6 +21,7 @@ import tensorflow as tf
 
 from efficientdet_keras.checkpoint import ensure_built
 from efficientdet_keras.data.augment import resize_crop_pad
+from efficientdet_keras.fileio import fsync_tree, write_json_atomically
 from efficientdet_keras.postprocess import postprocess_detections
 
 LABEL_MAP_FILE = "label_map.json"
@@ -97,8 +97,9 @@ def export_detector(model, export_dir: str) -> str:
         tf.saved_model.save(module, tmp_dir, signatures=signatures)
     label_map = model.config.label_map
     if isinstance(label_map, dict):  # Class names for whoever serves or draws the detections.
-        with open(os.path.join(tmp_dir, LABEL_MAP_FILE), "w") as f:
-            json.dump({str(k): v for k, v in label_map.items()}, f)
+        write_json_atomically(os.path.join(tmp_dir, LABEL_MAP_FILE),
+                              {str(k): v for k, v in label_map.items()}, indent=None)
+    fsync_tree(tmp_dir)  # The rename below publishes complete files only.
     if os.path.exists(export_dir):
         shutil.rmtree(export_dir)
     os.replace(tmp_dir, export_dir)

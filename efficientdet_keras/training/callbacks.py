@@ -16,6 +16,7 @@
 import contextlib
 import json
 import os
+import shutil
 from typing import Dict, Optional
 
 import numpy as np
@@ -27,8 +28,9 @@ from efficientdet_keras.archive import ARCHIVE_MONITOR, CheckpointArchive
 from efficientdet_keras.checkpoint import save_ckpt
 from efficientdet_keras.evaluation.coco_evaluator import METRIC_NAMES, COCOEvaluator
 from efficientdet_keras.evaluation.runner import evaluate_dataset, make_detect_fns
-from efficientdet_keras.fileio import write_json_atomically
+from efficientdet_keras.fileio import write_bytes_atomically, write_error, write_json_atomically
 from efficientdet_keras.postprocess import postprocess_detections
+from efficientdet_keras.training.nan_guard import NaNGuard
 
 
 _VAL_PREFIX = "val_"
@@ -146,6 +148,7 @@ class COCOCallback(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if not self._due(epoch):
             return
+        logging.info("COCO evaluation after epoch %d", epoch + 1)
         metrics = self.evaluate()
         if logs is not None:
             for name, value in metrics.items():
@@ -195,6 +198,150 @@ class CheckpointCallback(keras.callbacks.Callback):
             for suffix in (".index", ".data-00000-of-00001"):
                 if os.path.exists(prefix + suffix):
                     os.remove(prefix + suffix)
+
+
+# The backup folder under model_dir; tf_keras keeps its checkpoints in <backup>/chief.
+BACKUP_DIR = "backup"
+# How the optimizer's step counter is named in a backup (a tf.train.Checkpoint of the
+# model): model/optimizer/_iterations/..., or one level deeper under a LossScaleOptimizer.
+_ITERATIONS_KEY_END = "_iterations/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def backup_checkpoints_dir(backup_dir: str) -> str:
+    """Where BackupAndRestore(backup_dir) writes its checkpoints (the chief's folder)."""
+    return os.path.join(backup_dir, "chief")
+
+
+def latest_backup_step(model_dir: str) -> int:
+    """The optimizer step the backup in model_dir/backup resumes at; 0 without a backup.
+
+    Read from the checkpoint file alone, so the CLI knows where a resumed run starts
+    (to reseed its input pipeline) before it builds the model.
+
+    Raises:
+      ValueError naming the backup when it holds no optimizer step counter.
+    """
+    prefix = tf.train.latest_checkpoint(
+        backup_checkpoints_dir(os.path.join(model_dir, BACKUP_DIR)))
+    if prefix is None:
+        return 0
+    reader = tf.train.load_checkpoint(prefix)
+    keys = [key for key in reader.get_variable_to_shape_map()
+            if key.startswith("model/optimizer/") and key.endswith(_ITERATIONS_KEY_END)]
+    if not keys:
+        raise ValueError("Backup %s holds no optimizer step (no model/optimizer/.../%s); move "
+                         "the backup folder away to start the run afresh"
+                         % (prefix, _ITERATIONS_KEY_END))
+    return int(reader.get_tensor(min(keys, key=len)))
+
+
+class StepBackup(keras.callbacks.BackupAndRestore):
+    """BackupAndRestore every `backup_steps` steps and at every epoch end.
+
+    A run killed at any moment and started again resumes at the step of its last
+    backup: weights, optimizer state (iterations, so the learning rate), EMA, epoch
+    and step within it. Unlike BackupAndRestore(save_freq=N) it
+
+    - counts steps, not `train_function` calls, and records the last step done, so
+      with steps_per_execution > 1 no step is redone or skipped on resume;
+    - backs up at each epoch end too, and never at an epoch's last step from the
+      step hook: put last in the callback list, the epoch-end backup follows the
+      epoch's evaluation and checkpoint, so a kill during them redoes them instead
+      of skipping them;
+    - backs nothing up once training was stopped (a NaN guard), and keeps the backup
+      after the run (re-running a finished command only reports);
+    - removes what a killed backup write left in the folder (TensorFlow's *_temp
+      folders, checkpoints the folder's `checkpoint` file does not list).
+
+    Logs "Resumed from the backup at step S" after a restore and, at --verbosity=1,
+    "Finished step S" after every step (S counts steps since the run began).
+
+    Args:
+      backup_dir: the backup folder (get_callbacks: model_dir/backup).
+      backup_steps: steps between backups; 0 backs up at epoch ends only.
+    """
+
+    def __init__(self, backup_dir: str, backup_steps: int):
+        if backup_steps < 0:
+            raise ValueError("backup_steps must be >= 0 (0: at epoch ends only), got %d"
+                             % backup_steps)
+        super().__init__(backup_dir, save_freq=int(backup_steps) or "epoch",
+                         delete_checkpoint=False)
+        self.backup_steps = int(backup_steps)
+        self._steps_since_backup = 0
+        self._first_step_of_call = 0
+        self._stopped = False
+
+    def on_train_begin(self, logs=None):
+        checkpoints_dir = backup_checkpoints_dir(self.backup_dir)
+        if self.model.distribute_strategy.extended.should_checkpoint:  # The one writer.
+            remove_interrupted_backup_writes(checkpoints_dir)
+        self._steps_since_backup, self._stopped = 0, False
+        super().on_train_begin(logs)  # Restores the backup, if there is one.
+        if tf.train.latest_checkpoint(checkpoints_dir):
+            logging.info("Resumed from the backup at step %d in %s",
+                         int(self.model.optimizer.iterations.numpy()), self.backup_dir)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._first_step_of_call = batch
+
+    def on_train_batch_end(self, batch, logs=None):
+        """`batch` is the (0-based) index in the epoch of the last step this call ran."""
+        if self.model.stop_training:
+            self._stopped = True
+            return
+        self._steps_since_backup += batch - self._first_step_of_call + 1
+        steps_per_epoch = self.params.get("steps")
+        if logging.vlog_is_on(1):
+            logging.vlog(1, "Finished step %d", int(self.model.optimizer.iterations.numpy()))
+        last_of_epoch = steps_per_epoch is not None and batch + 1 >= steps_per_epoch
+        if self.backup_steps and self._steps_since_backup >= self.backup_steps \
+                and not last_of_epoch:
+            self._backup(epoch=self._current_epoch, batch=batch)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not self._stopped:
+            steps_per_epoch = self.params.get("steps") or 1
+            self._backup(epoch=epoch, batch=steps_per_epoch - 1)
+
+    def _backup(self, epoch, batch=0):
+        # What the next fit resumes from: the epoch, and the step after `batch`
+        # (the next epoch when `batch` is its last step).
+        self._training_state._ckpt_saved_epoch.assign(epoch)
+        self._training_state._ckpt_saved_batch.assign(batch)
+        try:
+            super()._backup(epoch, batch)
+        except (OSError, tf.errors.OpError) as e:  # Disk full: one line, not a stack trace.
+            raise write_error(self.backup_dir, e) from None
+        self._steps_since_backup = 0
+        logging.vlog(1, "Backed up step %d in %s", int(self.model.optimizer.iterations.numpy()),
+                     self.backup_dir)
+
+
+def remove_interrupted_backup_writes(checkpoints_dir: str) -> None:
+    """Deletes, in a backup's checkpoint folder, what killed writes left behind.
+
+    TensorFlow writes a checkpoint into <prefix>_temp/ before moving it into place,
+    then replaces the folder's `checkpoint` file (through checkpoint.tmp<id>) to list
+    it; the files of a checkpoint that file does not name as the latest are leftovers.
+    """
+    if not os.path.isdir(checkpoints_dir):
+        return
+    latest = tf.train.latest_checkpoint(checkpoints_dir)
+    kept = os.path.basename(latest) if latest else None
+    for name in sorted(os.listdir(checkpoints_dir)):
+        path = os.path.join(checkpoints_dir, name)
+        prefix = name.split(".")[0]
+        if name == "checkpoint" or prefix == kept:
+            continue
+        if prefix.endswith("_temp") and os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        elif os.path.isfile(path) and (prefix.startswith("ckpt-") or
+                                       name.startswith("checkpoint.tmp")):
+            os.remove(path)
+        else:
+            continue
+        logging.warning("Removed %s, left by an interrupted backup write", path)
 
 
 # One colour per class id (cycled); RGBA in 0..1 for tf.image.draw_bounding_boxes.
@@ -257,7 +404,7 @@ class DisplayCallback(keras.callbacks.Callback):
         os.makedirs(self.display_dir, exist_ok=True)
         for i, image in enumerate(drawn):
             path = os.path.join(self.display_dir, "epoch-%03d-%d.png" % (epoch + 1, i))
-            tf.io.write_file(path, tf.io.encode_png(image))
+            write_bytes_atomically(path, tf.io.encode_png(image).numpy())
         if self._writer is None:
             self._writer = tf.summary.create_file_writer(self.display_dir)
         with self._writer.as_default(step=epoch + 1):
@@ -271,9 +418,12 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
     """The standard callback list for a training run in model_dir.
 
     Order matters: COCO evaluation first, so the checkpoint archive, TensorBoard
-    and any user callback after them see val_AP in `logs`. BackupAndRestore in
-    model_dir/backup makes an interrupted run resume at the epoch it reached,
-    with optimizer state and EMA.
+    and any user callback after them see val_AP in `logs`. StepBackup (a
+    BackupAndRestore) in model_dir/backup makes an interrupted run resume at the
+    step of its last backup (every config.backup_steps steps and at each epoch end),
+    with optimizer state and EMA. NaNGuard, before it, raises NonFiniteLossError at a step
+    with a NaN or inf loss or gradient norm (fit_with_nan_recovery answers it when the config
+    allows nan_recovery_attempts).
     """
     callbacks = []
     if val_dataset is not None:
@@ -284,14 +434,13 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
         callbacks.append(DisplayCallback(config, val_dataset, model_dir, display_images))
     callbacks += [
         keras.callbacks.TensorBoard(log_dir=model_dir, profile_batch=profile_batch),
-        keras.callbacks.TerminateOnNaN(),
-        # Kept after the run, so re-running a finished command resumes (or just
-        # reports) instead of starting over.
-        keras.callbacks.BackupAndRestore(os.path.join(model_dir, "backup"),
-                                         delete_checkpoint=False),
+        # Before BackupAndRestore: a NaN or inf step raises before anything is backed up.
+        NaNGuard(config.get("nan_recovery_attempts", 0), config.get("nan_recovery_lr_factor", 0.5)),
+        # Last: its epoch-end backup comes after the epoch's evaluation and checkpoint.
+        StepBackup(os.path.join(model_dir, BACKUP_DIR), config.get("backup_steps", 0)),
     ]
     return callbacks
 
 
-__all__ = ["COCOCallback", "CheckpointCallback", "DisplayCallback", "METRIC_NAMES",
-           "draw_detections", "get_callbacks"]
+__all__ = ["BACKUP_DIR", "COCOCallback", "CheckpointCallback", "DisplayCallback", "METRIC_NAMES",
+           "StepBackup", "draw_detections", "get_callbacks", "latest_backup_step"]

@@ -19,10 +19,14 @@ import tensorflow as tf
 from efficientdet_keras.checkpoint import variable_name
 
 
+def is_batch_norm_statistic(variable: tf.Variable) -> bool:
+    """A BatchNorm moving mean or variance (what a training forward pass updates)."""
+    return variable_name(variable).endswith(("/moving_mean", "/moving_variance"))
+
+
 def averaged_variables(model) -> List[tf.Variable]:
     """Trainable variables plus BatchNorm moving statistics, in model order."""
-    return [v for v in model.variables
-            if v.trainable or variable_name(v).endswith(("/moving_mean", "/moving_variance"))]
+    return [v for v in model.variables if v.trainable or is_batch_norm_statistic(v)]
 
 
 class ExponentialMovingAverage(tf.Module):

@@ -157,6 +157,32 @@ class ConstantSchedule(WarmupSchedule):
         return tf.fill(tf.shape(step), self.peak_lr)
 
 
+@keras.saving.register_keras_serializable(package=_SERIALIZABLE_PACKAGE)
+class ScaledSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """`schedule(step) * scale`: NaN recovery lowers `scale`, a variable checkpoints hold.
+
+    Args:
+      schedule: the schedule being scaled.
+      scale: a float32 tf.Variable (NaNRecoveryState.lr_scale) or a number.
+    """
+
+    def __init__(self, schedule: keras.optimizers.schedules.LearningRateSchedule, scale):
+        super().__init__()
+        self.schedule = schedule
+        self.scale = scale
+
+    def __call__(self, step):
+        return self.schedule(step) * tf.cast(self.scale, tf.float32)
+
+    def get_config(self):  # The scale as a number: a rebuilt optimizer starts from its value.
+        return dict(schedule=keras.optimizers.schedules.serialize(self.schedule),
+                    scale=float(self.scale))
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(keras.optimizers.schedules.deserialize(config["schedule"]), config["scale"])
+
+
 def learning_rate_schedule(config, steps_per_epoch: int) -> WarmupSchedule:
     """Builds the schedule named by `config.lr_decay_method`.
 
@@ -191,7 +217,8 @@ def learning_rate_schedule(config, steps_per_epoch: int) -> WarmupSchedule:
                      % (method, ", ".join(LR_DECAY_METHODS)))
 
 
-def get_optimizer(config, steps_per_epoch: int) -> keras.optimizers.Optimizer:
+def get_optimizer(config, steps_per_epoch: int,
+                  lr_scale: Optional[tf.Variable] = None) -> keras.optimizers.Optimizer:
     """Builds the optimizer named by `config.optimizer`, driven by `learning_rate_schedule`.
 
     "sgd" is SGD with `config.momentum`; "adam" is Adam with
@@ -202,6 +229,7 @@ def get_optimizer(config, steps_per_epoch: int) -> keras.optimizers.Optimizer:
     the precision policy is mixed_float16 the optimizer is wrapped in a
     `LossScaleOptimizer` with dynamic loss scaling, which float16 gradients
     need to avoid underflow; bfloat16 has float32's range and needs none.
+    With `lr_scale` (a float32 variable) the schedule is a ScaledSchedule by it.
 
     Raises:
       ValueError: an unknown optimizer or lr_decay_method, or steps_per_epoch < 1.
@@ -210,6 +238,8 @@ def get_optimizer(config, steps_per_epoch: int) -> keras.optimizers.Optimizer:
     if name not in OPTIMIZERS:
         raise ValueError("Unknown optimizer %r; choose one of %s" % (name, ", ".join(OPTIMIZERS)))
     schedule = learning_rate_schedule(config, steps_per_epoch)
+    if lr_scale is not None:
+        schedule = ScaledSchedule(schedule, lr_scale)
     if name == "sgd":
         optimizer = keras.optimizers.SGD(schedule, momentum=config.momentum)
     elif name == "adam":

@@ -8,7 +8,8 @@
 One step (train_step): forward -> detection loss (focal + box (+ IoU)) ->
 + weight_decay * L2 of the trained conv kernels -> gradients of the trained
 variables -> summed across replicas -> clipped by global norm (each tensor first
-with clip_gradients_per_tensor) -> optimizer -> EMA update. Under tf.distribute
+with clip_gradients_per_tensor) -> optimizer -> EMA update. A step whose loss terms or
+gradient norm are NaN or inf changes nothing (see training/nan_guard.py). Under tf.distribute
 the loss of each replica is normalised by the positives of the whole global
 batch, so N replicas make exactly the update one replica makes on the same
 global batch.
@@ -24,7 +25,8 @@ from efficientdet_keras.checkpoint import RestoreReport, restore_ckpt, variable_
 from efficientdet_keras.config import Config, get_efficientdet_config
 from efficientdet_keras.losses import DetectionLoss
 from efficientdet_keras.model import EfficientDetNet
-from efficientdet_keras.training.ema import ExponentialMovingAverage
+from efficientdet_keras.training.ema import ExponentialMovingAverage, is_batch_norm_statistic
+from efficientdet_keras.training.nan_guard import NaNRecoveryState, NonFiniteRecord, run_cond
 from efficientdet_keras.training.optimizers import clip_gradients
 
 # Weight decay applies to convolution kernels only (not biases, BatchNorm or fusion weights).
@@ -40,7 +42,9 @@ class EfficientDetNetTrain(EfficientDetNet):
 
     Logged by fit: loss (det_loss + reg_l2_loss), cls_loss, box_loss, det_loss,
     reg_l2_loss, iou_loss (when enabled), gradient_norm (before clipping, epoch
-    mean) and learning_rate.
+    mean) and learning_rate; nonfinite_steps counts the epoch's steps with a NaN or inf
+    loss or gradient norm, which are left out of the means (so are the gradient norms
+    of float16 steps the loss-scale optimizer skips).
     """
 
     def __init__(self, config: Optional[Config] = None, model_name: Optional[str] = None,
@@ -63,8 +67,13 @@ class EfficientDetNetTrain(EfficientDetNet):
         names = ["loss", "det_loss", "cls_loss", "box_loss", "reg_l2_loss", "gradient_norm"]
         if self.config.iou_loss_type:
             names.append("iou_loss")
-        # Plain attribute: metric variables must not join the model's weights.
+        # Plain attributes: metric variables must not join the model's weights.
         object.__setattr__(self, "loss_trackers", [keras.metrics.Mean(name) for name in names])
+        object.__setattr__(self, "nonfinite_tracker", keras.metrics.Sum("nonfinite_steps"))
+        object.__setattr__(self, "nonfinite", NonFiniteRecord(names))
+        # Checkpoints (and so the backup a resume reads) hold the recovery's learning-rate scale.
+        object.__setattr__(self, "nan_recovery", NaNRecoveryState())
+        self._track_trackable(self.nan_recovery, name="nan_recovery")
 
     # --- starting from a checkpoint ---------------------------------------------
     def load_pretrained(self, ckpt_path: str, use_ema: Optional[bool] = None,
@@ -131,7 +140,7 @@ class EfficientDetNetTrain(EfficientDetNet):
             if not steps:
                 raise ValueError("compile() needs steps_per_epoch (or config.steps_per_epoch) to "
                                  "build the learning-rate schedule")
-            optimizer = get_optimizer(self.config, int(steps))
+            optimizer = get_optimizer(self.config, int(steps), lr_scale=self.nan_recovery.lr_scale)
         if loss is not None:
             self.detection_loss = loss
         super().compile(
@@ -140,18 +149,27 @@ class EfficientDetNetTrain(EfficientDetNet):
             jit_compile=self.config.jit_compile if jit_compile is None else jit_compile, **kwargs)
 
     # --- metrics ---------------------------------------------------------------
-    def _update_trackers(self, values: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
-        """Epoch means of the step values (what the progress bar and History show)."""
+    def _update_trackers(self, values: Dict[str, tf.Tensor],
+                         counted: Optional[Dict[str, tf.Tensor]] = None) -> Dict[str, tf.Tensor]:
+        """Epoch means of the step values (what the progress bar and History show).
+
+        counted: {name: scalar bool}; a value whose entry is False is left out of its mean.
+        """
         results = {}
         for tracker in self.loss_trackers:
             if tracker.name in values:
-                tracker.update_state(values[tracker.name])
+                value, keep = values[tracker.name], (counted or {}).get(tracker.name)
+                if keep is None:
+                    tracker.update_state(value)
+                else:  # A zero weight alone would still add NaN * 0 = NaN to the sum.
+                    tracker.update_state(tf.where(keep, value, tf.zeros_like(value)),
+                                         sample_weight=tf.cast(keep, value.dtype))
                 results[tracker.name] = tracker.result()
         return results
 
     @property
     def metrics(self):
-        return self.loss_trackers + super().metrics
+        return self.loss_trackers + [self.nonfinite_tracker] + super().metrics
 
     # --- the steps ---------------------------------------------------------------
     def _detection_losses(self, labels, class_outputs, box_outputs):
@@ -173,6 +191,8 @@ class EfficientDetNetTrain(EfficientDetNet):
         replica = tf.distribute.get_replica_context()
         variables = self.variables_to_train
         optimizer = self.optimizer
+        # Read before the forward pass updates them, to undo that on a non-finite step.
+        statistics = [tf.identity(v) for v in self._batch_norm_statistics]
         with tf.GradientTape() as tape:
             class_outputs, box_outputs = self(images, training=True)
             losses = self._detection_losses(labels, class_outputs, box_outputs)
@@ -188,17 +208,60 @@ class EfficientDetNetTrain(EfficientDetNet):
         gradient_norm = tf.linalg.global_norm(grads)
         grads = clip_gradients(grads, self.config.clip_gradients_norm,
                                self.config.clip_gradients_per_tensor, global_norm=gradient_norm)
-        optimizer.apply_gradients(zip(grads, variables), skip_gradients_aggregation=True)
-        if self.ema is not None:
-            self.ema.update(optimizer.iterations)
 
         logs = self._global_sums(losses)
         logs["reg_l2_loss"] = reg_l2_loss
         logs["loss"] = logs["det_loss"] + reg_l2_loss
         logs["gradient_norm"] = gradient_norm
-        logs = self._update_trackers(logs)
+        healthy = self._is_healthy_step(logs)
+        with tf.init_scope():  # Slots made outside the cond: there even when step 1 is skipped.
+            optimizer.build(variables)
+        run_cond(healthy, self._apply_update, self._skip_update,
+                 grads, optimizer.iterations + 1, logs, statistics)
+
+        counted = {name: healthy for name in logs}
+        counted["gradient_norm"] = healthy & tf.math.is_finite(gradient_norm)
+        logs = self._update_trackers(logs, counted)
+        self.nonfinite_tracker.update_state(tf.cast(tf.logical_not(healthy), tf.float32))
+        logs["nonfinite_steps"] = self.nonfinite_tracker.result()
         logs["learning_rate"] = self._current_learning_rate()
         return logs
+
+    # --- the NaN guard -------------------------------------------------------------
+    @property
+    def _batch_norm_statistics(self) -> List[tf.Variable]:
+        return [v for v in self.non_trainable_variables if is_batch_norm_statistic(v)]
+
+    def _is_healthy_step(self, logs: Dict[str, tf.Tensor]) -> tf.Tensor:
+        """True unless a loss term, or the gradient norm, is NaN or inf (scalar bool).
+
+        Under dynamic loss scaling a non-finite gradient with a finite loss is healthy: the
+        LossScaleOptimizer skips that update itself and lowers its loss scale.
+        """
+        finite = [tf.reduce_all(tf.math.is_finite(value)) for name, value in logs.items()
+                  if name != "gradient_norm" or not self._scales_loss_dynamically]
+        return tf.reduce_all(tf.stack(finite))
+
+    @property
+    def _scales_loss_dynamically(self) -> bool:
+        optimizer = self.optimizer
+        return isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer) and \
+            optimizer.dynamic
+
+    def _apply_update(self, grads, step, logs, statistics) -> None:
+        """A healthy step: the optimizer update, then the EMA."""
+        del step, logs, statistics
+        self.optimizer.apply_gradients(zip(grads, self.variables_to_train),
+                                       skip_gradients_aggregation=True)
+        if self.ema is not None:
+            self.ema.update(self.optimizer.iterations)
+
+    def _skip_update(self, grads, step, logs, statistics) -> None:
+        """A non-finite step: recorded for NaNGuard; BatchNorm statistics put back."""
+        del grads
+        self.nonfinite.record(step, logs)
+        for variable, value in zip(self._batch_norm_statistics, statistics):
+            variable.assign(value)
 
     def test_step(self, data):
         images, labels = data
@@ -214,4 +277,5 @@ class EfficientDetNetTrain(EfficientDetNet):
         optimizer = self.optimizer
         if isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer):
             optimizer = optimizer.inner_optimizer
-        return tf.cast(optimizer.learning_rate, tf.float32)
+        # A tensor: cast alone would return the variable itself, which later steps change.
+        return tf.cast(tf.convert_to_tensor(optimizer.learning_rate), tf.float32)

@@ -1,0 +1,295 @@
+"""The NaN and inf guard (training/nan_guard.py), through the real train_step and model.fit.
+
+The bad step comes from PoisonedLoss, the detection loss with one chosen call made NaN
+(or given an infinite gradient), so the guard sees what a diverging run produces. One
+model (graph mode) is shared by the tests of this module; float16 has its own (eager).
+"""
+
+import glob
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+from efficientdet_keras.checkpoint import variable_name
+from efficientdet_keras.cli.common import run_or_exit
+from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
+from efficientdet_keras.data.synthetic import write_synthetic_dataset
+from efficientdet_keras.losses import DetectionLoss
+from efficientdet_keras.training.callbacks import get_callbacks
+from efficientdet_keras.training.nan_guard import (NaNGuard, NonFiniteLossError,
+                                                   fit_with_nan_recovery)
+from efficientdet_keras.training.optimizers import CosineDecaySchedule, ScaledSchedule
+from efficientdet_keras.training.trainer import EfficientDetNetTrain
+from test_trainer import small_config
+
+STEPS_PER_EPOCH = 2
+
+
+def scaled_gradient(x: tf.Tensor, factor: tf.Tensor) -> tf.Tensor:
+    """x, with its gradient multiplied by `factor`."""
+    @tf.custom_gradient
+    def identity(value):
+        return tf.identity(value), lambda dy: dy * factor
+    return identity(x)
+
+
+class PoisonedLoss:
+    """DetectionLoss whose chosen call has cls_loss x NaN, or cls_loss with an inf gradient.
+
+    `poison(calls_from_now)` picks the call (1: the next train step). Counting in
+    variables keeps one traced train_step for every test.
+    """
+
+    def __init__(self, config):
+        self.loss = DetectionLoss(config)
+        self.calls = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.poisoned_call = tf.Variable(-1, dtype=tf.int64, trainable=False)
+        self.infinite_gradient = tf.Variable(False, trainable=False)
+
+    def poison(self, calls_from_now: int, infinite_gradient: bool = False) -> None:
+        self.poisoned_call.assign(self.calls + calls_from_now)
+        self.infinite_gradient.assign(infinite_gradient)
+
+    def __call__(self, labels, class_outputs, box_outputs):
+        losses = dict(self.loss(labels, class_outputs, box_outputs))
+        self.calls.assign_add(1)
+        hit = tf.equal(self.calls, self.poisoned_call)
+        nan_loss = hit & tf.logical_not(self.infinite_gradient)
+        inf_gradient = hit & self.infinite_gradient
+        cls_loss = losses["cls_loss"]
+        poisoned = scaled_gradient(cls_loss, tf.where(inf_gradient, np.inf, 1.0)) * \
+            tf.where(nan_loss, np.nan, 1.0)
+        losses["det_loss"] = losses["det_loss"] - cls_loss + poisoned
+        losses["cls_loss"] = poisoned
+        return losses
+
+
+def config_for_tests(**overrides):
+    return small_config(batch_size=2, max_level=5, **overrides)  # 3 levels: a smaller graph.
+
+
+def make_model(config, run_eagerly=False, optimizer=None):
+    model = EfficientDetNetTrain(config)
+    loss = PoisonedLoss(config)
+    model.compile(optimizer, steps_per_epoch=STEPS_PER_EPOCH, loss=loss, run_eagerly=run_eagerly)
+    return model, loss
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    data = write_synthetic_dataset(str(tmp_path_factory.mktemp("nan_data")), num_train=4,
+                                   num_val=1, image_size=64, seed=3)
+    return InputPipeline(config_for_tests(), TFRecordSource(data.train_tfrecord),
+                         is_training=True, batch_size=2, seed=0)()
+
+
+@pytest.fixture(scope="module")
+def shared(dataset):
+    """(model, PoisonedLoss): the graph-mode model the tests of this module share, after one
+    healthy step (which makes the optimizer's slots)."""
+    model, loss = make_model(config_for_tests())
+    model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0)
+    return model, loss
+
+
+def training_state(model):
+    """Every value a step may change: weights and BatchNorm statistics, EMA, optimizer."""
+    state = {"model/" + variable_name(v): v.numpy().copy() for v in model.variables}
+    state.update({"ema/%d" % i: v.numpy().copy() for i, v in enumerate(model.ema.shadows)})
+    state.update({"optimizer/%d/%s" % (i, v.name): v.numpy().copy()
+                  for i, v in enumerate(model.optimizer.variables)})
+    return state
+
+
+def assert_same_state(actual, expected):
+    assert actual.keys() == expected.keys()
+    changed = [name for name in expected if not np.array_equal(actual[name], expected[name])]
+    assert not changed, "changed by the non-finite step: %s" % changed[:5]
+
+
+class KeepState(keras.callbacks.Callback):
+    """The training state at the end of the latest step that reached it."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.state = training_state(self.model)
+
+
+def checkpoint_tensors(prefix):
+    reader = tf.train.load_checkpoint(prefix)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def assert_all_finite(prefix):
+    tensors = checkpoint_tensors(prefix)
+    bad = [name for name, value in tensors.items()
+           if np.asarray(value).dtype.kind == "f" and not np.all(np.isfinite(value))]
+    assert tensors and not bad, "%s holds NaN or inf: %s" % (prefix, bad[:5])
+
+
+# First: a fit that raised leaves Keras' BackupAndRestore state on the model, which
+# would make a later fit without that callback start at the backup's epoch.
+def test_infinite_gradient_with_finite_loss_stops_in_float32(shared, dataset):
+    model, loss = shared
+    before = training_state(model)
+    step = int(model.optimizer.iterations) + 1
+    loss.poison(1, infinite_gradient=True)
+    with pytest.raises(NonFiniteLossError,
+                       match=r"^non-finite loss at step %d \(epoch 1\): gradient_norm=(nan|inf) "
+                             r"\(finite: loss=" % step):
+        model.fit(dataset, epochs=1, steps_per_epoch=1, callbacks=[NaNGuard()], verbose=0)
+    assert_same_state(training_state(model), before)
+
+
+def test_nan_loss_stops_at_its_step_and_nothing_written_holds_nan(shared, dataset, tmp_path):
+    model, loss = shared
+    model_dir = str(tmp_path)
+    callbacks = get_callbacks(model.config, model_dir)
+    guard_index = next(i for i, c in enumerate(callbacks) if isinstance(c, NaNGuard))
+    assert guard_index < next(i for i, c in enumerate(callbacks)
+                              if isinstance(c, keras.callbacks.BackupAndRestore))
+    keep = KeepState()  # After the guard, which raises first at the bad step.
+    callbacks.insert(guard_index + 1, keep)
+    first = int(model.optimizer.iterations) + 1
+    loss.poison(4)  # The second step of the second epoch.
+    with pytest.raises(NonFiniteLossError) as raised:
+        fit_with_nan_recovery(model, dataset, epochs=3, steps_per_epoch=STEPS_PER_EPOCH,
+                              callbacks=callbacks, verbose=0)
+    message = str(raised.value)
+    assert message.startswith("non-finite loss at step %d (epoch 2): loss=nan, det_loss=nan, "
+                              "cls_loss=nan, gradient_norm=nan (finite: box_loss="
+                              % (first + 3)), message
+    assert "weights are those after step %d" % (first + 2) in message
+    assert "\n" not in message
+    # The guard stopped in the step: the state is the one after the step before.
+    assert int(model.optimizer.iterations) == first + 2
+    assert_same_state(training_state(model), keep.state)
+    # Epoch 1 wrote ckpt-1 and its backup; nothing was written for the bad epoch.
+    assert sorted(os.listdir(model_dir)).count("ckpt-1.index") == 1
+    assert not glob.glob(os.path.join(model_dir, "ckpt-2*"))
+    assert_all_finite(os.path.join(model_dir, "ckpt-1"))
+    backup = tf.train.latest_checkpoint(os.path.join(model_dir, "backup", "chief"))
+    assert backup is not None
+    assert_all_finite(backup)
+
+
+def test_recovery_rolls_back_to_the_backup_with_a_lower_learning_rate(shared, dataset, tmp_path):
+    model, loss = shared
+    backup_dir = str(tmp_path / "backup")
+    callbacks = [NaNGuard(attempts=1, lr_factor=0.25),
+                 keras.callbacks.BackupAndRestore(backup_dir, delete_checkpoint=False)]
+    start = int(model.optimizer.iterations)
+    schedule = model.optimizer._learning_rate.schedule
+    loss.poison(3)  # The first step of the second epoch, after the backup of epoch 1.
+    history = fit_with_nan_recovery(model, dataset, epochs=2, steps_per_epoch=STEPS_PER_EPOCH,
+                                    callbacks=callbacks, verbose=0)
+    # Rolled back to the backup after 2 steps, then epoch 2: 4 steps in all (skipping the bad
+    # step and going on would make 3, starting the fit over without the backup 6).
+    assert int(model.optimizer.iterations) == start + 4
+    assert history.epoch == [1]
+    assert float(model.nan_recovery.lr_scale) == 0.25 and int(model.nan_recovery.recoveries) == 1
+    last_step = start + 3  # The schedule's step of the last update (0-based).
+    assert history.history["learning_rate"][-1] == pytest.approx(
+        0.25 * float(schedule(last_step)), rel=1e-6)
+    assert np.all(np.isfinite(history.history["loss"]))
+    # The backup a later resume reads holds the scale, and no NaN.
+    backup = tf.train.latest_checkpoint(os.path.join(backup_dir, "chief"))
+    assert_all_finite(backup)
+    scales = [value for name, value in checkpoint_tensors(backup).items()
+              if "nan_recovery/lr_scale" in name]
+    assert scales == [0.25]
+
+
+def test_recovery_needs_a_backup_and_attempts_left(shared, dataset, tmp_path):
+    model, loss = shared
+    recoveries = int(model.nan_recovery.recoveries)
+    callbacks = [NaNGuard(attempts=recoveries + 1),
+                 keras.callbacks.BackupAndRestore(str(tmp_path / "first"), delete_checkpoint=False)]
+    loss.poison(1)  # Before the first backup.
+    with pytest.raises(NonFiniteLossError, match="; no backup to roll back to yet$"):
+        fit_with_nan_recovery(model, dataset, epochs=1, steps_per_epoch=STEPS_PER_EPOCH,
+                              callbacks=callbacks, verbose=0)
+    callbacks = [NaNGuard(attempts=1),
+                 keras.callbacks.BackupAndRestore(str(tmp_path / "second"), delete_checkpoint=False)]
+    model.nan_recovery.recoveries.assign(1)  # As a resumed run that already recovered once.
+    loss.poison(3)
+    with pytest.raises(NonFiniteLossError, match="no NaN recovery attempts left "
+                                                 r"\(nan_recovery_attempts=1\)$"):
+        fit_with_nan_recovery(model, dataset, epochs=2, steps_per_epoch=STEPS_PER_EPOCH,
+                              callbacks=callbacks, verbose=0)
+
+
+def test_float16_skipped_steps_are_not_nan_events(dataset):
+    # A low initial loss scale: the default 2 ** 15 overflows this model's first steps.
+    optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.01),
+                                                         initial_scale=2.0 ** 4)
+    model, loss = make_model(config_for_tests(mixed_precision="float16"), run_eagerly=True,
+                             optimizer=optimizer)
+
+    class StepLogs(keras.callbacks.Callback):
+        """Per step: the logged gradient_norm (epoch mean so far) and the loss scale after it."""
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.steps = getattr(self, "steps", []) + [
+                (logs["gradient_norm"], float(self.model.optimizer.loss_scale))]
+
+    step_logs = StepLogs()
+    scale = float(model.optimizer.loss_scale)
+    loss.poison(2, infinite_gradient=True)
+    history = model.fit(dataset, epochs=1, steps_per_epoch=2, verbose=0,
+                        callbacks=[step_logs, NaNGuard()])
+    # No NaN event, and every step counts as one (LossScaleOptimizer counts skipped ones).
+    assert history.history["nonfinite_steps"] == [0.0]
+    assert int(model.optimizer.iterations) == 2
+    mean = 0.0  # The mean of no step.
+    skipped = []
+    for step, (norm, new_scale) in enumerate(step_logs.steps, start=1):
+        if new_scale < scale:  # The loss-scale optimizer skipped this step...
+            skipped.append(step)
+            assert norm == mean, step  # ...and its gradient norm stayed out of the mean.
+        else:
+            assert norm != mean and np.isfinite(norm), step
+        mean, scale = norm, new_scale
+    assert skipped == [2]
+    assert np.isfinite(history.history["gradient_norm"][0])
+
+
+def test_guard_stops_other_models_on_a_nan_loss():
+    model = keras.Sequential([keras.layers.Dense(1, input_shape=(2,))])
+    model.compile(optimizer="sgd", loss="mse")
+    inputs = np.array([[1.0, np.nan], [1.0, 2.0]], np.float32)
+    with pytest.raises(NonFiniteLossError, match="^non-finite loss nan at batch 0 of epoch 1$"):
+        model.fit(inputs, np.zeros([2, 1], np.float32), batch_size=2, epochs=2, verbose=0,
+                  callbacks=[NaNGuard()])
+
+
+def test_scaled_schedule_multiplies_and_serializes():
+    inner = CosineDecaySchedule(peak_lr=0.1, warmup_init_lr=0.01, warmup_steps=10,
+                                total_steps=100)
+    scale = tf.Variable(0.5)
+    schedule = ScaledSchedule(inner, scale)
+    assert float(schedule(40)) == pytest.approx(0.5 * float(inner(40)))
+    scale.assign(0.25)  # What a recovery does: the next steps use the new scale.
+    assert float(schedule(40)) == pytest.approx(0.25 * float(inner(40)))
+    rebuilt = keras.optimizers.schedules.deserialize(
+        keras.optimizers.schedules.serialize(schedule))
+    assert isinstance(rebuilt, ScaledSchedule)
+    assert float(rebuilt(40)) == pytest.approx(float(schedule(40)))
+
+
+def test_cli_reports_the_error_in_one_line():
+    def train():
+        raise NonFiniteLossError("non-finite loss at step 5 (epoch 1): loss=nan")
+    with pytest.raises(SystemExit) as exited:
+        run_or_exit("efficientdet-train", train)
+    assert exited.value.code == "efficientdet-train: non-finite loss at step 5 (epoch 1): loss=nan"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("nan_recovery_attempts=-1", "nan_recovery_attempts must be a non-negative integer"),
+    ("nan_recovery_lr_factor=1.0", "nan_recovery_lr_factor must be a number in \\(0, 1\\)")])
+def test_recovery_keys_are_checked(override, message):
+    with pytest.raises(ValueError, match=message):
+        config_for_tests().override(override)
