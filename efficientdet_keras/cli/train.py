@@ -10,9 +10,9 @@
       --hparams=voc.yaml --pretrained_ckpt=efficientdet-d0/
 
 Running the same command again resumes from the last backup (every backup_steps
-steps and at each epoch end: weights, optimizer state, EMA, epoch and step). The config actually used is saved as <model_dir>/config.yaml; a
-re-run with another config is an error listing the differing keys, unless
---overwrite_config is given.
+steps and at each epoch end: weights, optimizer state, EMA, epoch and step). The
+config actually used is saved as <model_dir>/config.yaml; a re-run with another
+config is an error listing the differing keys, unless --overwrite_config is given.
 """
 
 import os
