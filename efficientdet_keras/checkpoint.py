@@ -17,6 +17,7 @@ from absl import logging
 
 from efficientdet_keras.archive import ARCHIVE_JSON, CHECKPOINT_SUFFIXES, CheckpointArchive
 from efficientdet_keras.fileio import write_files_atomically, write_text_atomically
+from efficientdet_keras.optimization import wrapper_state_variables
 
 EMA_SUFFIX = "/ExponentialMovingAverage"
 _OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
@@ -159,7 +160,10 @@ def _plan_restore(model, ckpt_shapes: Mapping[str, list], path: str, use_ema: bo
       without an EMA entry takes its plain value.
     """
     exclude_pattern = re.compile(exclude) if exclude else None
-    report = RestoreReport(path=path, model_variables=len(model.variables))
+    # Pruning masks and quantization ranges: loaded when the checkpoint has them (one of
+    # ours), never counted as missing (released checkpoints have none).
+    wrapper_state = wrapper_state_variables(model)
+    report = RestoreReport(path=path, model_variables=len(model.variables) - len(wrapper_state))
     assignments = []
     for variable in model.variables:
         name = variable_name(variable)
@@ -167,6 +171,10 @@ def _plan_restore(model, ckpt_shapes: Mapping[str, list], path: str, use_ema: bo
             report.excluded.append(name)
             continue
         key = name + EMA_SUFFIX if use_ema and name + EMA_SUFFIX in ckpt_shapes else name
+        if id(variable) in wrapper_state:
+            if key in ckpt_shapes and variable.shape.as_list() == list(ckpt_shapes[key]):
+                assignments.append((variable, key))
+            continue
         if key not in ckpt_shapes:
             report.missing.append(name)
             continue

@@ -14,12 +14,13 @@ from typing import Any, Dict, Iterator, Mapping, Tuple, Union
 import yaml
 
 from efficientdet_keras.fileio import write_text_atomically
+from efficientdet_keras.optimization import check_settings as check_optimization_settings
 
 # Keys whose values are always stored as tuples; YAML has no tuples, so they
 # are normalised again on load, which keeps save/load round trips exact.
 _TUPLE_KEYS = ("image_size",)
 # Keys holding free-form mappings (class id -> name): plain dicts, not nested Configs.
-_PLAIN_DICT_KEYS = ("label_map",)
+_PLAIN_DICT_KEYS = ("label_map", "model_optimizations")
 # Boolean keys that also take a string (mixed_precision: "float16" or "bfloat16").
 _BOOL_OR_STRING_KEYS = ("mixed_precision",)
 
@@ -521,6 +522,9 @@ def default_config() -> Config:
         var_freeze_expr=None,
         var_exclude_expr=None,  # Regex of variables load_pretrained leaves at their initial values.
         hub_module_url=None,  # A TF-Hub feature module to fine-tune (EfficientDetNetTrainHub).
+        # tensorflow-model-optimization: {} (none), {"prune": {...}} or {"quantize": {...}};
+        # see efficientdet_keras/optimization.
+        model_optimizations={},
         # Precision, compilation, distribution.
         mixed_precision=False,  # False, "float16", "bfloat16", or True (float16 on GPU, bfloat16 on TPU).
         jit_compile=False,
@@ -629,6 +633,7 @@ def validate_config(config: Config) -> Config:
           "rmsprop_rho must be in [0, 1); got %r" % (config.rmsprop_rho,))
     check(_is_number(config.rmsprop_epsilon) and config.rmsprop_epsilon > 0,
           "rmsprop_epsilon must be positive; got %r" % (config.rmsprop_epsilon,))
+    check_optimization_settings(config.model_optimizations or {})
     check(isinstance(config.clip_gradients_per_tensor, bool),
           "clip_gradients_per_tensor must be true or false; got %r"
           % (config.clip_gradients_per_tensor,))

@@ -15,6 +15,7 @@ import tf_keras as keras
 
 from efficientdet_keras.model.layers import (activation_fn, batch_norm, bn_training,
                                              conv_kernel_initializer, drop_connect)
+from efficientdet_keras.optimization import wrap_layer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,20 +163,20 @@ class _LayerNames:
 class SqueezeExcite(keras.layers.Layer):
     """Channel gating: global average -> reduce conv -> act -> expand conv -> sigmoid."""
 
-    def __init__(self, input_filters: int, reduced_filters: int, act_type: str, **kwargs):
+    def __init__(self, input_filters: int, reduced_filters: int, config, **kwargs):
         super().__init__(**kwargs)
-        self.act_type = act_type
+        self.config = config
         self.reduce = self._conv(reduced_filters, "conv2d")
         self.expand = self._conv(input_filters, "conv2d_1")
 
-    def _conv(self, filters: int, name: str) -> keras.layers.Conv2D:
-        return keras.layers.Conv2D(filters, 1, padding="same", use_bias=True, name=name,
-                                   kernel_initializer=conv_kernel_initializer(),
-                                   dtype=self.dtype_policy)
+    def _conv(self, filters: int, name: str) -> keras.layers.Layer:
+        return wrap_layer(keras.layers.Conv2D(filters, 1, padding="same", use_bias=True, name=name,
+                                              kernel_initializer=conv_kernel_initializer(),
+                                              dtype=self.dtype_policy), self.config)
 
     def call(self, x):
         gate = tf.reduce_mean(x, axis=[1, 2], keepdims=True)
-        gate = self.expand(activation_fn(self.reduce(gate), self.act_type))
+        gate = self.expand(activation_fn(self.reduce(gate), self.config.act_type))
         return tf.sigmoid(gate) * x
 
 
@@ -195,21 +196,22 @@ class MBConvBlock(keras.layers.Layer):
         policy = self.dtype_policy
         self.expand_conv = self.expand_bn = None
         if spec.expand_ratio != 1:
-            self.expand_conv = keras.layers.Conv2D(
+            self.expand_conv = wrap_layer(keras.layers.Conv2D(
                 expanded, 1, padding="same", use_bias=False, name=conv_names("conv2d"),
-                kernel_initializer=conv_kernel_initializer(), dtype=policy)
+                kernel_initializer=conv_kernel_initializer(), dtype=policy), config)
             self.expand_bn = batch_norm(config, bn_names("tpu_batch_normalization"), policy)
-        self.depthwise_conv = keras.layers.DepthwiseConv2D(
+        self.depthwise_conv = wrap_layer(keras.layers.DepthwiseConv2D(
             spec.kernel_size, strides=spec.stride, padding="same", use_bias=False,
-            depthwise_initializer=conv_kernel_initializer(), name="depthwise_conv2d", dtype=policy)
+            depthwise_initializer=conv_kernel_initializer(), name="depthwise_conv2d", dtype=policy),
+            config)
         self.depthwise_bn = batch_norm(config, bn_names("tpu_batch_normalization"), policy)
         self.se = None
         if spec.se_ratio:
             reduced = max(1, int(spec.input_filters * spec.se_ratio))
-            self.se = SqueezeExcite(expanded, reduced, config.act_type, name="se", dtype=policy)
-        self.project_conv = keras.layers.Conv2D(
+            self.se = SqueezeExcite(expanded, reduced, config, name="se", dtype=policy)
+        self.project_conv = wrap_layer(keras.layers.Conv2D(
             spec.output_filters, 1, padding="same", use_bias=False, name=conv_names("conv2d"),
-            kernel_initializer=conv_kernel_initializer(), dtype=policy)
+            kernel_initializer=conv_kernel_initializer(), dtype=policy), config)
         self.project_bn = batch_norm(config, bn_names("tpu_batch_normalization"), policy)
 
     @property
@@ -271,9 +273,9 @@ class _Stem(keras.layers.Layer):
     def __init__(self, filters: int, config, **kwargs):
         super().__init__(**kwargs)
         self.config = config
-        self.conv = keras.layers.Conv2D(
+        self.conv = wrap_layer(keras.layers.Conv2D(
             filters, 3, strides=2, padding="same", use_bias=False, name="conv2d",
-            kernel_initializer=conv_kernel_initializer(), dtype=self.dtype_policy)
+            kernel_initializer=conv_kernel_initializer(), dtype=self.dtype_policy), config)
         self.bn = batch_norm(config, "tpu_batch_normalization", self.dtype_policy)
 
     def call(self, images, training=False):

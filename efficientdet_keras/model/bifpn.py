@@ -12,6 +12,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from efficientdet_keras.model.layers import activation_fn, batch_norm, bn_training
+from efficientdet_keras.optimization import wrap_layer
 
 FUSION_METHODS = ("fastattn", "attn", "channel_attn", "channel_fastattn", "sum")
 # Keeps the fast-normalised fusion finite when every weight is zero.
@@ -68,8 +69,8 @@ class ResampleFeatureMap(keras.layers.Layer):
         self.source_level, self.target_level = source_level, target_level
         self.filters = filters
         self.config = config
-        self.conv2d = keras.layers.Conv2D(filters, 1, padding="same", name="conv2d",
-                                          dtype=self.dtype_policy)
+        self.conv2d = wrap_layer(keras.layers.Conv2D(filters, 1, padding="same", name="conv2d",
+                                                     dtype=self.dtype_policy), config)
         self.bn = batch_norm(config, "bn", self.dtype_policy) if config.apply_bn_for_resampling else None
         if source_level < target_level:
             stride = 2 ** (target_level - source_level)
@@ -110,9 +111,9 @@ class OpAfterCombine(keras.layers.Layer):
         super().__init__(**kwargs)
         self.config = config
         conv_class = (keras.layers.SeparableConv2D if config.separable_conv else keras.layers.Conv2D)
-        self.conv = conv_class(config.fpn_num_filters, 3, padding="same",
-                               use_bias=not config.conv_bn_act_pattern, name="conv",
-                               dtype=self.dtype_policy)
+        self.conv = wrap_layer(conv_class(config.fpn_num_filters, 3, padding="same",
+                                          use_bias=not config.conv_bn_act_pattern, name="conv",
+                                          dtype=self.dtype_policy), config)
         self.bn = batch_norm(config, "bn", self.dtype_policy)
 
     def call(self, x, training=False):

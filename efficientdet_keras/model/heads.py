@@ -12,6 +12,7 @@ import tf_keras as keras
 
 from efficientdet_keras.model.layers import (activation_fn, batch_norm, bn_training,
                                              class_bias_initializer, drop_connect)
+from efficientdet_keras.optimization import wrap_layer
 
 
 class PredictionHead(keras.layers.Layer):
@@ -40,15 +41,17 @@ class PredictionHead(keras.layers.Layer):
 
     def _conv(self, filters: int, name: str, bias_initializer):
         if self.config.separable_conv:
-            return keras.layers.SeparableConv2D(
+            conv = keras.layers.SeparableConv2D(
                 filters, 3, padding="same", depth_multiplier=1, name=name,
                 depthwise_initializer=keras.initializers.VarianceScaling(),
                 pointwise_initializer=keras.initializers.VarianceScaling(),
                 bias_initializer=bias_initializer, dtype=self.dtype_policy)
-        return keras.layers.Conv2D(
-            filters, 3, padding="same", name=name,
-            kernel_initializer=keras.initializers.RandomNormal(stddev=0.01),
-            bias_initializer=bias_initializer, dtype=self.dtype_policy)
+        else:
+            conv = keras.layers.Conv2D(
+                filters, 3, padding="same", name=name,
+                kernel_initializer=keras.initializers.RandomNormal(stddev=0.01),
+                bias_initializer=bias_initializer, dtype=self.dtype_policy)
+        return wrap_layer(conv, self.config)
 
     def head_features(self, features: List[tf.Tensor], training=False) -> List[tf.Tensor]:
         """The shared convs and per-level BatchNorms: what the prediction conv sees, per level."""
