@@ -15,14 +15,14 @@ install: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade --quiet pip
-	$(BIN)/python -m pip install --quiet -e '.[test,fast_eval]'
+	$(BIN)/python -m pip install --quiet -e '.[test,fast_eval,tflite]'
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/efficientdet-train --demo --model_dir=runs/demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -ra $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -ra -n 2 --dist loadfile $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
@@ -33,3 +33,4 @@ bench: $(STAMP)
 	$(BIN)/python tools/bench.py --what=eval --image_size=256 --batch_size=8
 	$(BIN)/python tools/bench.py --what=train --image_size=256 --batch_size=4
 	$(BIN)/python tools/bench.py --what=serve --image_size=512
+	$(BIN)/python tools/bench.py --what=tflite --model_dir=runs/demo

@@ -154,9 +154,7 @@ class Config:
                 continue
             current = self._values[key]
             if key in _PLAIN_DICT_KEYS and isinstance(value, Mapping):
-                merged = dict(current or {})
-                merged.update(value)
-                self[key] = merged
+                self[key] = _merged_nested(current or {}, value)
             elif isinstance(current, Config) and isinstance(value, Mapping):
                 current._update(value, allow_new_keys, full_key + ".")
             else:
@@ -186,6 +184,17 @@ class Config:
         if os.path.isdir(path):
             path = os.path.join(path, "config.yaml")
         return cls(_fill_missing_keys(_read_yaml(path), default_config().as_dict()))
+
+
+def _merged_nested(current: Mapping[Any, Any], update: Mapping[Any, Any]) -> Dict[Any, Any]:
+    """`current` updated with `update`, merging nested dicts (so that overriding
+    model_optimizations.prune.end_step keeps the other prune settings)."""
+    merged = dict(current)
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            value = _merged_nested(merged[key], value)
+        merged[key] = value
+    return merged
 
 
 def _fill_missing_keys(values: Dict[str, Any], defaults: Mapping[str, Any]) -> Dict[str, Any]:
@@ -390,7 +399,7 @@ _VALUE_RULES = {
     **{key: (lambda v: _is_int(v) and v >= 1, "a positive integer") for key in (
         "batch_size", "num_epochs", "num_classes", "steps_per_execution", "map_freq",
         "max_instances_per_image", "fpn_num_filters", "fpn_cell_repeats", "box_class_repeats",
-        "num_scales", "nms_configs.max_output_size")},
+        "num_scales", "nms_configs.max_output_size", "tflite_max_detections")},
     "steps_per_epoch": (lambda v: v is None or (_is_int(v) and v >= 1),
                         "none or a positive integer"),
     "nms_configs.max_nms_inputs": (lambda v: _is_int(v) and v >= 0,
@@ -540,6 +549,8 @@ def default_config() -> Config:
             max_nms_inputs=5000,  # Candidates kept before NMS; 0 keeps all.
             max_output_size=100,
         ),
+        # Detections a .tflite with outputs=detections returns (TFLite_Detection_PostProcess).
+        tflite_max_detections=25,
     ))
 
 

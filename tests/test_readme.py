@@ -30,6 +30,13 @@ EXEMPT = {
         "50 epochs at 512 px; the worked example runs the same flags for 3 epochs",
     "efficientdet-train --mode=traineval --model_dir=runs/hub":
         "300 epochs; test_export fine-tunes a module through the same CLI for one epoch",
+    "efficientdet-train --demo --model_dir=runs/demo-pruned":
+        "a 5-minute run; test_pruning trains with pruning through the same get_callbacks",
+    "efficientdet-export --model_dir=runs/demo --format=tflite --export_dir=exported/demo-int8":
+        "an int8 conversion with calibration (over a minute here); "
+        "test_tflite_export runs the same flags on a small model",
+    "efficientdet-export --model_dir=runs/demo-pruned":
+        "needs the pruned demo; test_pruning exports a pruned model and measures its sparsity",
 }
 # Shell commands outside the worked example (whose test runs its own), in README order.
 COMMANDS = [(b, i, c) for b in BLOCKS if b.language == "sh" and b.section != WORKED_EXAMPLE

@@ -14,7 +14,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from efficientdet_keras.model.layers import (activation_fn, batch_norm, bn_training,
-                                             conv_kernel_initializer, drop_connect)
+                                             conv_kernel_initializer, drop_connect, output_point)
 from efficientdet_keras.optimization import wrap_layer
 
 
@@ -200,11 +200,13 @@ class MBConvBlock(keras.layers.Layer):
                 expanded, 1, padding="same", use_bias=False, name=conv_names("conv2d"),
                 kernel_initializer=conv_kernel_initializer(), dtype=policy), config)
             self.expand_bn = batch_norm(config, bn_names("tpu_batch_normalization"), policy)
+            self.expand_act = output_point(config, "expand_quant", config.act_type, policy)
         self.depthwise_conv = wrap_layer(keras.layers.DepthwiseConv2D(
             spec.kernel_size, strides=spec.stride, padding="same", use_bias=False,
             depthwise_initializer=conv_kernel_initializer(), name="depthwise_conv2d", dtype=policy),
             config)
         self.depthwise_bn = batch_norm(config, bn_names("tpu_batch_normalization"), policy)
+        self.depthwise_act = output_point(config, "depthwise_quant", config.act_type, policy)
         self.se = None
         if spec.se_ratio:
             reduced = max(1, int(spec.input_filters * spec.se_ratio))
@@ -213,6 +215,9 @@ class MBConvBlock(keras.layers.Layer):
             spec.output_filters, 1, padding="same", use_bias=False, name=conv_names("conv2d"),
             kernel_initializer=conv_kernel_initializer(), dtype=policy), config)
         self.project_bn = batch_norm(config, bn_names("tpu_batch_normalization"), policy)
+        # Identity points: where int8 TFLite stores the projection and the residual sum.
+        self.project_output = output_point(config, "project_quant", dtype=policy)
+        self.residual_output = output_point(config, "residual_quant", dtype=policy)
 
     @property
     def has_residual(self) -> bool:
@@ -220,16 +225,15 @@ class MBConvBlock(keras.layers.Layer):
 
     def call(self, inputs, training=False, survival_prob=None):
         bn_mode = bn_training(training, self.config)
-        act = self.config.act_type
         x = inputs
         if self.expand_conv is not None:
-            x = activation_fn(self.expand_bn(self.expand_conv(x), training=bn_mode), act)
-        x = activation_fn(self.depthwise_bn(self.depthwise_conv(x), training=bn_mode), act)
+            x = self.expand_act(self.expand_bn(self.expand_conv(x), training=bn_mode))
+        x = self.depthwise_act(self.depthwise_bn(self.depthwise_conv(x), training=bn_mode))
         if self.se is not None:
             x = self.se(x)
-        x = self.project_bn(self.project_conv(x), training=bn_mode)
+        x = self.project_output(self.project_bn(self.project_conv(x), training=bn_mode))
         if self.has_residual:
-            x = drop_connect(x, training, survival_prob) + inputs
+            x = self.residual_output(drop_connect(x, training, survival_prob) + inputs)
         return x
 
 
@@ -277,7 +281,7 @@ class _Stem(keras.layers.Layer):
             filters, 3, strides=2, padding="same", use_bias=False, name="conv2d",
             kernel_initializer=conv_kernel_initializer(), dtype=self.dtype_policy), config)
         self.bn = batch_norm(config, "tpu_batch_normalization", self.dtype_policy)
+        self.act = output_point(config, "output_quant", config.act_type, self.dtype_policy)
 
     def call(self, images, training=False):
-        x = self.bn(self.conv(images), training=bn_training(training, self.config))
-        return activation_fn(x, self.config.act_type)
+        return self.act(self.bn(self.conv(images), training=bn_training(training, self.config)))

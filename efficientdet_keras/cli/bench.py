@@ -10,6 +10,10 @@ Benchmarks:
                network, NMS) on JPEG bytes, batch 1 and 8.
   eval         a full COCO evaluation of synthetic images: network, post-processing and
                scoring times, and faster-coco-eval against pycocotools on the same detections.
+  tflite       a trained model (--model_dir, default runs/demo: what `make demo` trains)
+               as Keras fp32, TFLite float32 (detections and raw outputs), float16 and int8
+               and a SavedModel: AP and AP50 on its validation data, batch-1 latency
+               (XNNPACK, --tflite_threads; network only for raw) and size.
   kills        a small demo training run killed with SIGKILL at --kills random moments (seeded
                by --kill_seed) and restarted each time: steps lost per kill, and whether the
                run still ends with the step count of an unkilled one.
@@ -28,7 +32,7 @@ from efficientdet_keras.cli.common import HPARAMS_HELP, run_app  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("what", "postprocess",
-                  ["postprocess", "pipeline", "eval", "train", "serve", "kills"],
+                  ["postprocess", "pipeline", "eval", "train", "serve", "kills", "tflite"],
                   "Which benchmark to run.")
 flags.DEFINE_integer("eval_images", 500, "eval: how many synthetic images to evaluate.")
 flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDet family.")
@@ -41,6 +45,9 @@ flags.DEFINE_integer("kills", 20, "kills: how many times to kill the training ru
 flags.DEFINE_integer("kill_seed", 0, "kills: seed of the random kill moments.")
 flags.DEFINE_float("kill_window", 30.0, "kills: each kill comes at a uniform random moment "
                    "this many seconds at most after the restarted run's first step.")
+flags.DEFINE_string("model_dir", os.path.join("runs", "demo"),
+                    "tflite: a trained demo run (config.yaml, checkpoints, synthetic/).")
+flags.DEFINE_integer("tflite_threads", 2, "tflite: interpreter threads.")
 flags.DEFINE_string("data_dir", "/tmp/efficientdet_bench_data",
                     "pipeline: where the synthetic benchmark data is written (and reused).")
 
@@ -258,6 +265,100 @@ def bench_serve(config) -> None:
                                                                       seconds * 1e3 / batch))
 
 
+def demo_validation_data(model_dir: str):
+    """The synthetic dataset a `--demo` run wrote to model_dir/synthetic (reused, not rewritten)."""
+    import json
+
+    from efficientdet_keras.data.synthetic import MANIFEST_NAME, write_synthetic_dataset
+    root = os.path.join(model_dir, "synthetic")
+    manifest_path = os.path.join(root, MANIFEST_NAME)
+    if not os.path.exists(manifest_path):
+        raise FileNotFoundError("%s is missing: --model_dir must be a demo run (efficientdet-train "
+                                "--demo, or make demo)" % manifest_path)
+    with open(manifest_path) as f:
+        manifest = json.load(f)
+    return write_synthetic_dataset(root, manifest["num_train"], manifest["num_val"],
+                                   (manifest["height"], manifest["width"]), manifest["seed"],
+                                   num_shards=manifest["num_shards"])
+
+
+def directory_megabytes(path: str) -> float:
+    """Size on disk of a file, or of all files under a folder, in MB (10^6 bytes)."""
+    if os.path.isfile(path):
+        return os.path.getsize(path) / 1e6
+    return sum(os.path.getsize(os.path.join(root, name))
+               for root, _, names in os.walk(path) for name in names) / 1e6
+
+
+def keras_metrics(model, config, data):
+    from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
+    from efficientdet_keras.evaluation import COCOEvaluator
+    from efficientdet_keras.evaluation.runner import evaluate_dataset
+    pipeline = InputPipeline(config, TFRecordSource(data.val_tfrecord), is_training=False,
+                             batch_size=FLAGS.batch_size)
+    evaluator = COCOEvaluator(data.val_json, label_map=data.label_map)
+    return evaluate_dataset(model, pipeline(), config, evaluator, progress=False)[0]
+
+
+def tflite_metrics_and_latency(path: str, data, repeats: int):
+    """(metrics on the validation data, median seconds of one interpreter run)."""
+    from efficientdet_keras.data.pipeline import TFRecordSource
+    from efficientdet_keras.evaluation.tflite_evaluation import (TFLiteEvaluation,
+                                                                 pipeline_images_to_uint8)
+    from efficientdet_keras.export.tflite_runner import TFLiteDetector
+    detector = TFLiteDetector(path, num_threads=FLAGS.tflite_threads)
+    evaluation = TFLiteEvaluation(detector, TFRecordSource(data.val_tfrecord), data.val_json,
+                                  batch_size=FLAGS.batch_size, progress=False)
+    metrics = evaluation.run()[1]
+    first_images = next(iter(evaluation.pipeline()))[0]
+    letterboxed = pipeline_images_to_uint8(first_images[:1], detector.config)
+    return metrics, median_seconds(lambda: detector.run(letterboxed), repeats)
+
+
+def bench_tflite(config) -> None:
+    import tempfile
+
+    import tensorflow as tf
+
+    from efficientdet_keras.cli.common import load_model_and_config
+    from efficientdet_keras.export.saved_model import export_detector
+    from efficientdet_keras.export.tflite import export_tflite
+
+    del config  # The trained model's own (model_dir/config.yaml, plus --hparams).
+    data = demo_validation_data(FLAGS.model_dir)
+    model, config = load_model_and_config(FLAGS.model_dir, "", FLAGS.model_name, FLAGS.hparams)
+    out_dir = tempfile.mkdtemp(prefix="efficientdet_tflite_bench_")
+    saved_model_dir = export_detector(model, os.path.join(out_dir, "saved_model"))
+    # The raw float32 file runs the package's NMS (nms_configs), as the Keras row does: the
+    # difference to the float32 row is then TFLite_Detection_PostProcess's own NMS.
+    exports = {"TFLite float32": ("float32", "detections"),
+               "TFLite float32 raw": ("float32", "raw"),
+               "TFLite float16": ("float16", "detections"),
+               "TFLite int8": ("int8", "detections")}
+    paths = {name: export_tflite(model, os.path.join(out_dir, "%s-%s.tflite" % kind),
+                                 quantization=kind[0], outputs=kind[1],
+                                 representative_data=data.val_tfrecord)
+             for name, kind in exports.items()}
+    repeats = max(20, FLAGS.repeats)
+    height, width = config.image_size
+    serve = tf.saved_model.load(saved_model_dir).signatures["serving_default"]
+    image = tf.zeros([1, height, width, 3], tf.uint8)
+    rows = [("Keras fp32 / SavedModel", keras_metrics(model, config, data),
+             median_seconds(lambda: serve(images=image)["num_detections"].numpy(), repeats),
+             directory_megabytes(saved_model_dir))]
+    for name, path in paths.items():
+        metrics, seconds = tflite_metrics_and_latency(path, data, repeats)
+        rows.append((name, metrics, seconds, directory_megabytes(path)))
+    print("%s at %dx%d from %s; %d validation images; latency: batch 1, median of %d runs, "
+          "%d-core CPU, TFLite with XNNPACK and %d threads; files in %s"
+          % (config.name, height, width, FLAGS.model_dir, data.num_val, repeats, os.cpu_count(),
+             FLAGS.tflite_threads, out_dir))
+    print("%-24s %7s %7s %12s %10s" % ("model", "AP", "AP50", "latency ms", "size MB"))
+    for name, metrics, seconds, megabytes in rows:
+        print("%-24s %7.4f %7.4f %12.1f %10.1f" % (name, metrics["AP"], metrics["AP50"],
+                                                    seconds * 1e3, megabytes))
+
+
 # kills: the demo (D0 on synthetic shapes) at 128 px, 4 epochs of 6 steps, a backup every
 # 3 steps and COCO evaluation every epoch; --hparams adds to (or overrides) these.
 KILL_RUN_HPARAMS = ("image_size=128,batch_size=2,steps_per_epoch=6,num_epochs=4,backup_steps=3,"
@@ -337,7 +438,8 @@ def main(argv):
     except ValueError as e:
         sys.exit("efficientdet-bench: %s" % e)
     {"postprocess": bench_postprocess, "pipeline": bench_pipeline, "eval": bench_eval,
-     "train": bench_train, "serve": bench_serve, "kills": bench_kills}[FLAGS.what](config)
+     "train": bench_train, "serve": bench_serve, "kills": bench_kills,
+     "tflite": bench_tflite}[FLAGS.what](config)
 
 
 def run():

@@ -7,6 +7,9 @@
       --val_json_file=annotations/instances_val2017.json --image_dir=val2017 \\
       --results_json=detections.json
 
+  # An exported .tflite file (efficientdet-export --format=tflite), run with ai-edge-litert:
+  efficientdet-eval --tflite=exported/demo.tflite --val_file_pattern='data/val-*.tfrecord'
+
   # Continuous: evaluate every new checkpoint of a training run once, keep the best:
   efficientdet-eval --model_dir=runs/d0 --val_file_pattern=... --continuous
 
@@ -55,6 +58,10 @@ flags.DEFINE_integer("eval_timeout", 0, "Continuous: stop after this many second
                      "checkpoint (0: wait until the final epoch's checkpoint).")
 flags.DEFINE_integer("archive_keep", 3, "Continuous: how many best checkpoints to archive.")
 flags.DEFINE_bool("progress", True, "Show a progress bar.")
+flags.DEFINE_string("tflite", "", "Evaluate this .tflite file (with its .tflite.json) instead of "
+                    "a checkpoint; the --nms_* flags apply to files with raw outputs only.")
+flags.DEFINE_integer("tflite_threads", None, "--tflite: interpreter threads (default: the "
+                     "runtime's).")
 
 def check_flags():
     """The first problem with the flags, or None. Runs before TensorFlow does any work."""
@@ -64,8 +71,10 @@ def check_flags():
         value = FLAGS[name].value
         if value and not os.path.exists(value):
             return "--%s %s does not exist" % (name, value)
-    if not (FLAGS.model_dir or FLAGS.ckpt):
-        return "give --model_dir or --ckpt"
+    if FLAGS.tflite and (FLAGS.continuous or FLAGS.ckpt):
+        return "--tflite evaluates one file: leave out --continuous and --ckpt"
+    if not (FLAGS.model_dir or FLAGS.ckpt or FLAGS.tflite):
+        return "give --model_dir, --ckpt or --tflite"
     if FLAGS.continuous and not FLAGS.model_dir:
         return "--continuous needs --model_dir"
     if FLAGS.batch_size < 1:
@@ -86,12 +95,28 @@ def load_config():
     return config
 
 
-def build_evaluation(config):
+def build_tflite_evaluation():
+    """The --tflite evaluation; config: the sidecar's, plus --hparams and the --nms_* flags."""
+    from efficientdet_keras.evaluation.tflite_evaluation import TFLiteEvaluation
+    from efficientdet_keras.export.tflite_runner import TFLiteDetector
+    detector = TFLiteDetector(FLAGS.tflite, num_threads=FLAGS.tflite_threads,
+                              config_overrides=FLAGS.hparams)
+    detector.config.nms_configs.override(nms_overrides())
+    return TFLiteEvaluation(detector, eval_source(), FLAGS.val_json_file or None,
+                            batch_size=FLAGS.batch_size, max_images=FLAGS.eval_samples or None,
+                            backend=FLAGS.backend, progress=FLAGS.progress)
+
+
+def eval_source():
     from efficientdet_keras.data.pipeline import make_source
+    return make_source(FLAGS.val_file_pattern,
+                       None if FLAGS.val_file_pattern else FLAGS.val_json_file, FLAGS.image_dir)
+
+
+def build_evaluation(config):
     from efficientdet_keras.evaluation.continuous import CheckpointEvaluation
 
-    source = make_source(FLAGS.val_file_pattern,
-                         None if FLAGS.val_file_pattern else FLAGS.val_json_file, FLAGS.image_dir)
+    source = eval_source()
     return CheckpointEvaluation(config, source, FLAGS.val_json_file or None,
                                 batch_size=FLAGS.batch_size, max_images=FLAGS.eval_samples or None,
                                 backend=FLAGS.backend, use_ema=FLAGS.use_ema,
@@ -115,7 +140,10 @@ def main(argv):
     problem = check_flags()
     if problem:
         sys.exit("%s: %s" % (TOOL, problem))
-    evaluation = run_or_exit(TOOL, lambda: build_evaluation(load_config()))
+    if FLAGS.tflite:
+        evaluation = run_or_exit(TOOL, build_tflite_evaluation)
+    else:
+        evaluation = run_or_exit(TOOL, lambda: build_evaluation(load_config()))
     if FLAGS.continuous:  # It writes model_dir/archive: first clear what a killed run left.
         remove_stale_temporary_files(FLAGS.model_dir)
         run_or_exit(TOOL, watch_and_report, evaluation, FLAGS.model_dir, FLAGS.archive_keep,

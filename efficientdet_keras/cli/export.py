@@ -1,9 +1,12 @@
-"""efficientdet-export: a checkpoint as a serving SavedModel or a TF-Hub feature module.
+"""efficientdet-export: a checkpoint as a serving SavedModel, a TF-Hub feature module or .tflite.
 
   # Detection SavedModel (uint8 images, encoded images, tf.Example signatures):
   efficientdet-export --model_dir=runs/demo --export_dir=exported/demo
   # TF-Hub feature module, to fine-tune with --hub_module_url:
   efficientdet-export --model_dir=runs/demo --format=hub --export_dir=exported/demo-hub
+  # TFLite (writes <export_dir>/model.tflite and model.tflite.json, then checks parity):
+  efficientdet-export --model_dir=runs/demo --format=tflite --export_dir=exported/demo-int8 \
+      --tflite_quantization=int8 --representative_data='data/val-*.tfrecord'
 
 The config comes from <model_dir>/config.yaml when present, else --model_name;
 --hparams overrides either (e.g. nms_configs.score_thresh=0.3). EMA weights are
@@ -26,9 +29,26 @@ flags.DEFINE_string("model_dir", "", "Training directory (config.yaml and checkp
 flags.DEFINE_string("ckpt", "", "Checkpoint prefix, directory (its latest) or archive directory (its "
                     "best); default: latest in model_dir.")
 flags.DEFINE_string("hparams", "", HPARAMS_HELP)
-flags.DEFINE_string("export_dir", "", "Where the SavedModel is written (replaced atomically).")
-flags.DEFINE_enum("format", "saved_model", ["saved_model", "hub"],
-                  "saved_model: the detector for serving; hub: a TF-Hub feature module.")
+flags.DEFINE_string("export_dir", "", "Where the SavedModel or hub module is written (replaced "
+                    "atomically); tflite: the folder of model.tflite.")
+flags.DEFINE_enum("format", "saved_model", ["saved_model", "hub", "tflite"],
+                  "saved_model: the detector for serving; hub: a TF-Hub feature module; "
+                  "tflite: <export_dir>/model.tflite and its sidecar model.tflite.json.")
+flags.DEFINE_string("tflite_quantization", "float32",
+                    "tflite: float32, float16 (weights) or int8 (full integer); FP32, FP16 and "
+                    "INT8 are accepted too.")
+flags.DEFINE_enum("tflite_outputs", "detections", ["detections", "raw"],
+                  "tflite: detections (TFLite_Detection_PostProcess inside) or the raw outputs.")
+flags.DEFINE_enum("tflite_input_type", "uint8", ["uint8", "float32"],
+                  "tflite: the image input's type (float32 holds 0..255).")
+flags.DEFINE_string("representative_data", "",
+                    "tflite: TFRecord file pattern of images for int8 calibration and the parity "
+                    "checks (needed for int8).")
+flags.DEFINE_integer("num_calibration_images", 100, "tflite int8: images used for calibration.",
+                     lower_bound=1)
+flags.DEFINE_boolean("check_parity", True,
+                     "tflite: after writing, compare the .tflite with the Keras model and the "
+                     "detection SavedModel; exit 1 when a check fails.")
 
 
 def export():
@@ -36,7 +56,11 @@ def export():
         raise ValueError("--export_dir is required")
     if not (FLAGS.model_dir or FLAGS.ckpt):
         raise ValueError("give --model_dir or --ckpt")
+    if FLAGS.format == "tflite":
+        check_tflite_flags()  # Before the (slow) model loading.
     model, _ = load_model_and_config(FLAGS.model_dir, FLAGS.ckpt, FLAGS.model_name, FLAGS.hparams)
+    if FLAGS.format == "tflite":
+        return export_tflite_and_check(model)
     if FLAGS.format == "hub":
         from efficientdet_keras.export.hub_module import export_feature_module
         path = export_feature_module(model, FLAGS.export_dir)
@@ -45,6 +69,51 @@ def export():
         path = export_detector(model, FLAGS.export_dir)
     print("Exported %s to %s" % ("TF-Hub feature module" if FLAGS.format == "hub"
                                  else "detection SavedModel", path))
+
+
+def check_tflite_flags():
+    """Raises ValueError naming the flag when the tflite flags do not fit together."""
+    from efficientdet_keras.export import tflite
+    try:
+        quantization = tflite.canonical_quantization(FLAGS.tflite_quantization)
+    except ValueError as e:
+        raise ValueError("--tflite_quantization: %s" % e) from None
+    if quantization == "int8" and not FLAGS.representative_data and not _is_qat_run():
+        raise ValueError("--tflite_quantization=int8 needs --representative_data (a TFRecord "
+                         "file pattern of calibration images), unless the model was trained "
+                         "with quantization-aware training")
+
+
+def _is_qat_run() -> bool:
+    """Whether the run's config (config.yaml and --hparams) asks for QAT, read without
+    building the model: its int8 ranges were learned, no calibration images needed."""
+    from efficientdet_keras.cli.common import load_run_config
+    from efficientdet_keras.optimization import is_quantization_aware
+    return is_quantization_aware(load_run_config(FLAGS.model_dir, FLAGS.model_name, FLAGS.hparams))
+
+
+def export_tflite_and_check(model):
+    """Writes <export_dir>/model.tflite (+ sidecar) and runs the parity checks of its kind."""
+    from efficientdet_keras.export import tflite, tflite_parity
+    quantization = tflite.canonical_quantization(FLAGS.tflite_quantization)
+    os.makedirs(FLAGS.export_dir, exist_ok=True)
+    path = tflite.export_tflite(
+        model, os.path.join(FLAGS.export_dir, tflite.TFLITE_FILE_NAME), quantization,
+        FLAGS.tflite_outputs, FLAGS.tflite_input_type, FLAGS.representative_data or None,
+        FLAGS.num_calibration_images)
+    print("Exported %s TFLite model (%s outputs, %s input) to %s, %.1f MB" % (
+        quantization, FLAGS.tflite_outputs, FLAGS.tflite_input_type, path,
+        os.path.getsize(path) / 1e6))
+    if not FLAGS.check_parity:
+        return
+    images = tflite_parity.check_images(model.config, FLAGS.representative_data or None)
+    results = tflite_parity.standard_checks(model, path, images)
+    for result in results:
+        print("Parity: " + result.summary)
+    failures = tflite_parity.failed(results)
+    if failures:
+        raise ValueError("parity check failed for %s: %s (--check_parity=false skips the "
+                         "checks)" % (path, ", ".join(r.name for r in failures)))
 
 
 def main(argv):

@@ -3,6 +3,7 @@
   efficientdet-infer --saved_model_dir=exported/demo --input=photos/ --output_dir=out/
   efficientdet-infer --model_dir=runs/demo --input='photos/*.jpg' --output_dir=out/ \\
       --score_threshold=0.4 --max_boxes=10
+  efficientdet-infer --tflite=exported/demo.tflite --input=photos/ --output_dir=out/
 
 Writes each image with its boxes, class names and scores drawn, and
 detections.json: per file, boxes [ymin, xmin, ymax, xmax] in pixels, scores,
@@ -26,6 +27,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("saved_model_dir", "", "A detection SavedModel from efficientdet-export.")
 flags.DEFINE_string("model_dir", "", "Or a training directory (config.yaml and checkpoints).")
 flags.DEFINE_string("ckpt", "", "Or a checkpoint (with --model_name / --hparams).")
+flags.DEFINE_string("tflite", "", "Or a .tflite file from efficientdet-export --format=tflite "
+                    "(with its .tflite.json), run with ai-edge-litert.")
 flags.DEFINE_string("model_name", "efficientdet-d0", "Model, when there is no config.yaml.")
 flags.DEFINE_string("hparams", "", HPARAMS_HELP)
 flags.DEFINE_string("input", "", "An image file, a folder of images, or a glob pattern.")
@@ -49,6 +52,8 @@ def load_detector():
     """A function from encoded image bytes [B] to detections, and the {id: name} map."""
     import tensorflow as tf
 
+    if FLAGS.tflite:
+        return tflite_detect_encoded(FLAGS.tflite)
     if FLAGS.saved_model_dir:
         from efficientdet_keras.export.saved_model import LABEL_MAP_FILE
         loaded = tf.saved_model.load(FLAGS.saved_model_dir)
@@ -67,6 +72,29 @@ def load_detector():
     module = DetectionModule(model, config)
     # The closure keeps the module alive: its tf.functions hold it only weakly.
     return lambda images: module.detect_encoded(images), names
+
+
+def tflite_detect_encoded(path: str):
+    """The .tflite as load_detector's detector: encoded bytes [1] -> the SavedModel's outputs
+    (boxes normalised to the original image, class ids 1..C), and the sidecar's label map."""
+    import tensorflow as tf
+
+    from efficientdet_keras.export.tflite_runner import TFLiteDetector
+    detector = TFLiteDetector(path)
+    label_map = detector.config.label_map
+    names = dict(label_map) if isinstance(label_map, dict) else {}
+
+    def detect(images):
+        image = tf.io.decode_image(images[0], channels=3, expand_animations=False)
+        found = detector.detect(image.numpy())
+        height, width = image.shape[:2]
+        boxes = found["boxes"] / [height, width, height, width]
+        return {"detection_boxes": tf.constant(boxes[None], tf.float32),
+                "detection_scores": tf.constant(found["scores"][None], tf.float32),
+                "detection_classes": tf.constant(found["classes"][None], tf.float32),
+                "num_detections": tf.constant([len(found["scores"])], tf.float32)}
+
+    return detect, names
 
 
 def draw(image_bytes: bytes, detections, names, path: str) -> None:
@@ -92,8 +120,8 @@ def draw(image_bytes: bytes, detections, names, path: str) -> None:
 def infer():
     import tensorflow as tf
 
-    if not (FLAGS.saved_model_dir or FLAGS.model_dir or FLAGS.ckpt):
-        raise ValueError("give --saved_model_dir, --model_dir or --ckpt")
+    if not (FLAGS.saved_model_dir or FLAGS.model_dir or FLAGS.ckpt or FLAGS.tflite):
+        raise ValueError("give --saved_model_dir, --model_dir, --ckpt or --tflite")
     if not FLAGS.output_dir:
         raise ValueError("--output_dir is required")
     if FLAGS.saved_model_dir and not os.path.isdir(FLAGS.saved_model_dir):

@@ -8,6 +8,7 @@ import dataclasses
 import time
 from typing import Callable, Dict, Optional
 
+import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
@@ -43,7 +44,8 @@ def evaluate_dataset(model, dataset: tf.data.Dataset, config, evaluator: COCOEva
       max_images: stop after this many images (all of them when None).
       nms_overrides: NMS settings that replace config.nms_configs keys.
       progress: show a Keras progress bar.
-      detect_fns: (forward, postprocess) from `make_detect_fns`, to reuse traced functions.
+      detect_fns: (forward, postprocess) from `make_detect_fns`, to reuse traced functions,
+        or another pair with that interface (tflite_evaluation.tflite_detect_fns).
       on_batch: called as on_batch(labels, class_outputs, box_outputs) after each
         batch's forward pass, so e.g. losses come from the same pass (not timed).
 
@@ -66,7 +68,7 @@ def evaluate_dataset(model, dataset: tf.data.Dataset, config, evaluator: COCOEva
         class_outputs, box_outputs = forward(images)  # Eager calls return when computed.
         middle = time.perf_counter()
         detections = postprocess(class_outputs, box_outputs, labels["image_scales"])
-        detections = tf.nest.map_structure(lambda t: t.numpy(), detections)
+        detections = tf.nest.map_structure(np.asarray, detections)  # Tensors or numpy.
         end = time.perf_counter()
         evaluator.add_batch(labels, detections)
         if on_batch is not None:

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from efficientdet_keras.checkpoint import ensure_built, variable_name
 from efficientdet_keras.fileio import fsync_tree
+from efficientdet_keras.optimization import strip_for_export
 
 _PREDICTION_LAYERS = ("class_net/class-predict/", "box_net/box-predict/")
 
@@ -49,9 +50,11 @@ class FeatureModule(_Trackable):
 def export_feature_module(model, export_dir: str) -> str:
     """Writes `model`'s feature module to export_dir (EMA weights when the model keeps them).
 
-    Both training modes are traced, so hub.KerasLayer can switch BatchNorm behaviour.
+    Both training modes are traced, so hub.KerasLayer can switch BatchNorm behaviour. A
+    pruned model is exported without its wrappers, its kernels masked (strip_for_export).
     """
     ensure_built(model)  # Variables must exist before tracing, to be saved with it.
+    model = strip_for_export(model)
     ema = getattr(model, "ema", None)
     with ema.swapped_in() if ema is not None else contextlib.nullcontext():
         module = FeatureModule(model)

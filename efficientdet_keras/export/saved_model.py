@@ -22,6 +22,7 @@ import tensorflow as tf
 from efficientdet_keras.checkpoint import ensure_built
 from efficientdet_keras.data.augment import resize_crop_pad
 from efficientdet_keras.fileio import fsync_tree, write_json_atomically
+from efficientdet_keras.optimization import strip_for_export
 from efficientdet_keras.postprocess import postprocess_detections
 
 LABEL_MAP_FILE = "label_map.json"
@@ -85,8 +86,12 @@ class DetectionModule(tf.Module):
 
 
 def export_detector(model, export_dir: str) -> str:
-    """Writes the serving SavedModel of `model` (EMA weights when it keeps them), atomically."""
+    """Writes the serving SavedModel of `model` (EMA weights when it keeps them), atomically.
+
+    A pruned model is exported without its wrappers, its kernels masked (strip_for_export).
+    """
     ensure_built(model)  # Variables must exist before tracing, to be saved with it.
+    model = strip_for_export(model)
     ema = getattr(model, "ema", None)
     module = DetectionModule(model, model.config)
     signatures = {"serving_default": module.detect_images,

@@ -11,7 +11,7 @@ from typing import List, Optional, Sequence
 import tensorflow as tf
 import tf_keras as keras
 
-from efficientdet_keras.model.layers import activation_fn, batch_norm, bn_training
+from efficientdet_keras.model.layers import batch_norm, bn_training, output_point
 from efficientdet_keras.optimization import wrap_layer
 
 FUSION_METHODS = ("fastattn", "attn", "channel_attn", "channel_fastattn", "sum")
@@ -72,6 +72,7 @@ class ResampleFeatureMap(keras.layers.Layer):
         self.conv2d = wrap_layer(keras.layers.Conv2D(filters, 1, padding="same", name="conv2d",
                                                      dtype=self.dtype_policy), config)
         self.bn = batch_norm(config, "bn", self.dtype_policy) if config.apply_bn_for_resampling else None
+        self.output_quant = output_point(config, "output_quant", dtype=self.dtype_policy)
         if source_level < target_level:
             stride = 2 ** (target_level - source_level)
             pool = {"max": keras.layers.MaxPooling2D, "avg": keras.layers.AveragePooling2D}
@@ -86,7 +87,7 @@ class ResampleFeatureMap(keras.layers.Layer):
         x = self.conv2d(x)
         if self.bn is not None:
             x = self.bn(x, training=bn_training(training, self.config))
-        return x
+        return self.output_quant(x)
 
     def call(self, x, target_like: Optional[tf.Tensor] = None, training=False):
         if self.source_level < self.target_level:
@@ -115,15 +116,16 @@ class OpAfterCombine(keras.layers.Layer):
                                           use_bias=not config.conv_bn_act_pattern, name="conv",
                                           dtype=self.dtype_policy), config)
         self.bn = batch_norm(config, "bn", self.dtype_policy)
+        # The activation comes before the conv (on the fused sum) or after the BatchNorm.
+        act_first = not config.conv_bn_act_pattern
+        self.input_act = output_point(config, "input_quant", config.act_type if act_first else None,
+                                      self.dtype_policy)
+        self.output_act = output_point(config, "output_quant",
+                                       None if act_first else config.act_type, self.dtype_policy)
 
     def call(self, x, training=False):
-        act = self.config.act_type
-        if not self.config.conv_bn_act_pattern:
-            x = activation_fn(x, act)
-        x = self.bn(self.conv(x), training=bn_training(training, self.config))
-        if self.config.conv_bn_act_pattern:
-            x = activation_fn(x, act)
-        return x
+        x = self.conv(self.input_act(x))
+        return self.output_act(self.bn(x, training=bn_training(training, self.config)))
 
 
 class FusionNodeLayer(keras.layers.Layer):
@@ -146,6 +148,9 @@ class FusionNodeLayer(keras.layers.Layer):
             for i, input_id in enumerate(node.input_ids)]
         self.op_after_combine = OpAfterCombine(config, name="op_after_combine%d" % num_existing,
                                                dtype=self.dtype_policy)
+        # Where int8 TFLite stores the partial sums of a 3-input node.
+        self.partial_sums = [output_point(config, "sum_quant_%d" % i, dtype=self.dtype_policy)
+                             for i in range(len(node.input_ids) - 2)]
 
     def build(self, input_shape):
         self.edge_weights = []
@@ -161,7 +166,7 @@ class FusionNodeLayer(keras.layers.Layer):
     def fuse(self, nodes: List[tf.Tensor]) -> tf.Tensor:
         """Weighted sum of same-shaped feature maps, by the config's fusion method."""
         if self.method == "sum":
-            return tf.add_n(nodes)
+            return self.pairwise_sum(nodes)
         dtype = nodes[0].dtype
         weights = [tf.cast(w, dtype) for w in self.edge_weights]
         if self.method in ("attn", "channel_attn"):
@@ -170,7 +175,15 @@ class FusionNodeLayer(keras.layers.Layer):
             return tf.reduce_sum(tf.stack(nodes, axis=-1) * normalised, axis=-1)
         weights = [tf.nn.relu(w) for w in weights]  # fastattn and channel_fastattn.
         total = tf.add_n(weights) + _FUSION_EPSILON
-        return tf.add_n([node * w / total for node, w in zip(nodes, weights)])
+        return self.pairwise_sum([node * w / total for node, w in zip(nodes, weights)])
+
+    def pairwise_sum(self, nodes: List[tf.Tensor]) -> tf.Tensor:
+        """nodes[0] + nodes[1] + ...: one ADD per input, as int8 TFLite needs (its ADD_N
+        forces one scale on all inputs)."""
+        total = nodes[0] + nodes[1]
+        for partial_sum, node in zip(self.partial_sums, nodes[2:]):
+            total = partial_sum(total) + node
+        return total
 
     def call(self, features: List[tf.Tensor], training=False):
         """Takes all features so far (cell inputs first) and returns the new node's map."""

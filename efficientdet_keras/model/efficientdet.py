@@ -9,6 +9,7 @@ from efficientdet_keras.backbone.efficientnet import EfficientNetBackbone
 from efficientdet_keras.config import Config, get_efficientdet_config, validate_config
 from efficientdet_keras.model.bifpn import BiFPN, ResampleFeatureMap
 from efficientdet_keras.model.heads import PredictionHead
+from efficientdet_keras.model.layers import output_point
 from efficientdet_keras.precision import policy_from_config
 
 # The backbone provides levels 1..5; higher levels are made by resampling.
@@ -53,6 +54,7 @@ class EfficientDetNet(keras.Model):
                                name="resample_p%d" % level, dtype=policy)
             for level in range(_BACKBONE_MAX_LEVEL + 1, config.max_level + 1)]
         self.fpn_cells = BiFPN(config, dtype=policy)
+        self.input_quant = output_point(config, "input_quant", dtype=policy)  # QAT: image range.
         anchors = num_anchors_per_location(config)
         self.class_net = PredictionHead("class", anchors * config.num_classes, config, dtype=policy)
         self.box_net = PredictionHead("box", anchors * 4, config, dtype=policy)
@@ -72,7 +74,7 @@ class EfficientDetNet(keras.Model):
     def pyramid_features(self, images, training=False) -> List[tf.Tensor]:
         """Backbone levels, extra levels and BiFPN: [B, H_l, W_l, fpn_num_filters] per level."""
         config = self.config
-        levels = self.backbone(images, training=training)  # Levels 1..5.
+        levels = self.backbone(self.input_quant(images), training=training)  # Levels 1..5.
         features = levels[config.min_level - 1:config.max_level]
         for resample in self.resample_layers:
             features.append(resample(features[-1], training=training))

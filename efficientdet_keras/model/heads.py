@@ -10,8 +10,8 @@ from typing import List
 import tensorflow as tf
 import tf_keras as keras
 
-from efficientdet_keras.model.layers import (activation_fn, batch_norm, bn_training,
-                                             class_bias_initializer, drop_connect)
+from efficientdet_keras.model.layers import (batch_norm, bn_training, class_bias_initializer,
+                                             drop_connect, output_point)
 from efficientdet_keras.optimization import wrap_layer
 
 
@@ -36,8 +36,16 @@ class PredictionHead(keras.layers.Layer):
                       for i in range(config.box_class_repeats)]
         self.bns = [[batch_norm(config, "%s-%d-bn-%d" % (kind, i, level), policy)
                      for level in self.levels] for i in range(config.box_class_repeats)]
+        self.acts = [[output_point(config, "%s-%d-act-%d" % (kind, i, level), config.act_type,
+                                   policy) for level in self.levels]
+                     for i in range(config.box_class_repeats)]
+        self.residual_outputs = [[output_point(config, "%s-%d-add-%d" % (kind, i, level),
+                                               dtype=policy) for level in self.levels]
+                                 for i in range(config.box_class_repeats)]
         bias = class_bias_initializer() if kind == "class" else "zeros"
         self.predict = self._conv(outputs_per_location, "%s-predict" % kind, bias)
+        # One range for all levels: the exported outputs concatenate the levels.
+        self.predict_output = output_point(config, "%s-predict-output" % kind, dtype=policy)
 
     def _conv(self, filters: int, name: str, bias_initializer):
         if self.config.separable_conv:
@@ -61,13 +69,14 @@ class PredictionHead(keras.layers.Layer):
         for level_index, x in enumerate(features):
             for i, conv in enumerate(self.convs):
                 residual = x
-                x = activation_fn(self.bns[i][level_index](conv(x), training=bn_mode),
-                                  self.config.act_type)
+                x = self.acts[i][level_index](self.bns[i][level_index](conv(x), training=bn_mode))
                 # The released models use a residual only when survival_prob is set.
                 if i > 0 and survival_prob:
-                    x = drop_connect(x, training, survival_prob) + residual
+                    x = self.residual_outputs[i][level_index](
+                        drop_connect(x, training, survival_prob) + residual)
             outputs.append(x)
         return outputs
 
     def call(self, features: List[tf.Tensor], training=False) -> List[tf.Tensor]:
-        return [self.predict(x) for x in self.head_features(features, training)]
+        return [self.predict_output(self.predict(x))
+                for x in self.head_features(features, training)]

@@ -6,6 +6,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from efficientdet_keras.config import ACTIVATIONS
+from efficientdet_keras.optimization import quantize_output
 
 
 def activation_fn(x: tf.Tensor, act_type: str) -> tf.Tensor:
@@ -21,6 +22,25 @@ def activation_fn(x: tf.Tensor, act_type: str) -> tf.Tensor:
     if act_type == "leaky_relu":
         return tf.nn.leaky_relu(x, alpha=0.1)
     raise ValueError("Unknown act_type %r; choose one of %s" % (act_type, ", ".join(ACTIVATIONS)))
+
+
+class ActivationOutput(keras.layers.Layer):
+    """Applies `act_type` (None: nothing); a layer so that QAT can fake-quantize its output."""
+
+    def __init__(self, act_type=None, **kwargs):
+        super().__init__(**kwargs)
+        self.act_type = act_type
+
+    def call(self, x):
+        return x if self.act_type is None else activation_fn(x, self.act_type)
+
+
+def output_point(config, name: str, act_type=None, dtype=None) -> keras.layers.Layer:
+    """The activation `act_type` (or identity) at a tensor that int8 TFLite stores quantized.
+
+    With `model_optimizations: {quantize: ...}` the output gets a learned int8 range.
+    """
+    return quantize_output(ActivationOutput(act_type, name=name, dtype=dtype), config)
 
 
 def conv_kernel_initializer() -> keras.initializers.Initializer:

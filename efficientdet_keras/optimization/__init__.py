@@ -47,6 +47,36 @@ def wrap_layer(layer, config):
     return _module(kind).wrap_layer(layer, dict(values or {}))
 
 
+def quantize_output(layer, config):
+    """`layer` (variable-free, e.g. an activation) with its output fake-quantized for
+    quantization-aware training; unchanged otherwise (see `quantization.py`)."""
+    settings = config.get("model_optimizations") or {}
+    if "quantize" not in settings:
+        return layer
+    from efficientdet_keras.optimization import quantization
+    return quantization.quantize_output(layer, dict(settings["quantize"] or {}))
+
+
+def is_pruning(config) -> bool:
+    """Whether the config asks for pruning (model_optimizations.prune)."""
+    return "prune" in (config.get("model_optimizations") or {})
+
+
+def is_quantization_aware(config) -> bool:
+    """Whether the config asks for quantization-aware training (model_optimizations.quantize)."""
+    return "quantize" in (config.get("model_optimizations") or {})
+
+
+def strip_for_export(model):
+    """What the exporters write: for a pruned model, the plain network with its masked
+    (EMA) weights, the measured sparsity logged (pruning_keras.strip_pruning); any other
+    model unchanged."""
+    if not is_pruning(model.config):
+        return model
+    from efficientdet_keras.optimization import pruning_keras
+    return pruning_keras.strip_and_report(model)[0]
+
+
 def wrapper_state_variables(model) -> Set[int]:
     """ids of the variables the tfmot wrappers add (not in any released checkpoint)."""
     import tf_keras as keras  # Here, so that config checks do not import TensorFlow.

@@ -29,6 +29,7 @@ from efficientdet_keras.checkpoint import save_ckpt
 from efficientdet_keras.evaluation.coco_evaluator import METRIC_NAMES, COCOEvaluator
 from efficientdet_keras.evaluation.runner import evaluate_dataset, make_detect_fns
 from efficientdet_keras.fileio import write_bytes_atomically, write_error, write_json_atomically
+from efficientdet_keras.optimization import is_pruning
 from efficientdet_keras.postprocess import postprocess_detections
 from efficientdet_keras.training.nan_guard import NaNGuard
 
@@ -423,9 +424,17 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
     step of its last backup (every config.backup_steps steps and at each epoch end),
     with optimizer state and EMA. NaNGuard, before it, raises NonFiniteLossError at a step
     with a NaN or inf loss or gradient norm (fit_with_nan_recovery answers it when the config
-    allows nan_recovery_attempts).
+    allows nan_recovery_attempts). With model_optimizations.prune, tfmot's pruning step
+    update comes first (kernels and their averages masked before evaluation and checkpoints)
+    and its PruningSummaries is the TensorBoard callback (sparsity in model_dir/metrics).
     """
     callbacks = []
+    if is_pruning(config):
+        from efficientdet_keras.optimization.pruning_keras import training_callbacks
+        pruning_step, tensorboard = training_callbacks(model_dir, profile_batch)
+        callbacks.append(pruning_step)
+    else:
+        tensorboard = keras.callbacks.TensorBoard(log_dir=model_dir, profile_batch=profile_batch)
     if val_dataset is not None:
         callbacks.append(COCOCallback(config, val_dataset, evaluator, model_dir,
                                       max_images=eval_samples))
@@ -433,7 +442,7 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
     if val_dataset is not None and display_images:
         callbacks.append(DisplayCallback(config, val_dataset, model_dir, display_images))
     callbacks += [
-        keras.callbacks.TensorBoard(log_dir=model_dir, profile_batch=profile_batch),
+        tensorboard,
         # Before BackupAndRestore: a NaN or inf step raises before anything is backed up.
         NaNGuard(config.get("nan_recovery_attempts", 0), config.get("nan_recovery_lr_factor", 0.5)),
         # Last: its epoch-end backup comes after the epoch's evaluation and checkpoint.

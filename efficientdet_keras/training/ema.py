@@ -71,6 +71,13 @@ class ExponentialMovingAverage(tf.Module):
         for shadow, source in zip(self.shadows, self._sources):
             shadow.assign(tf.convert_to_tensor(source))
 
+    def shadow_of(self, variable: tf.Variable) -> tf.Variable:
+        """The average kept for one of the model's variables (KeyError when not averaged)."""
+        for shadow, source in zip(self.shadows, self._sources):
+            if source is variable:
+                return shadow
+        raise KeyError("%s has no moving average" % variable_name(variable))
+
     def values_by_name(self) -> Dict[str, tf.Tensor]:
         """{variable name: EMA value}, the form save_ckpt writes."""
         return {variable_name(source): tf.convert_to_tensor(shadow)

@@ -25,6 +25,7 @@ from efficientdet_keras.checkpoint import RestoreReport, restore_ckpt, variable_
 from efficientdet_keras.config import Config, get_efficientdet_config
 from efficientdet_keras.losses import DetectionLoss
 from efficientdet_keras.model import EfficientDetNet
+from efficientdet_keras.optimization import is_pruning
 from efficientdet_keras.training.ema import ExponentialMovingAverage, is_batch_norm_statistic
 from efficientdet_keras.training.nan_guard import NaNRecoveryState, NonFiniteRecord, run_cond
 from efficientdet_keras.training.optimizers import clip_gradients
@@ -193,6 +194,9 @@ class EfficientDetNetTrain(EfficientDetNet):
         optimizer = self.optimizer
         # Read before the forward pass updates them, to undo that on a non-finite step.
         statistics = [tf.identity(v) for v in self._batch_norm_statistics]
+        if is_pruning(self.config):  # tfmot's step: masks updated and applied, once per step.
+            from efficientdet_keras.optimization.pruning_keras import update_masks
+            update_masks(self, optimizer.iterations + 1)
         with tf.GradientTape() as tape:
             class_outputs, box_outputs = self(images, training=True)
             losses = self._detection_losses(labels, class_outputs, box_outputs)

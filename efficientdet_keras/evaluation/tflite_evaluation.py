@@ -1,0 +1,93 @@
+"""COCO evaluation of an exported .tflite file, the same way as of a Keras checkpoint.
+
+The images come from the evaluation InputPipeline (decode, aspect-preserving
+resize, padding), as for a checkpoint; its normalisation is undone and the
+result rounded to uint8, which is exactly what `TFLiteDetector.letterbox` gives
+for the original image (padding = the mean colour). The .tflite runs image by
+image (batch 1) and its detections, in original pixels, go to the same
+COCOEvaluator through `evaluate_dataset`.
+"""
+
+from typing import List, Optional
+
+import numpy as np
+
+from efficientdet_keras.data.pipeline import InputPipeline
+from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
+from efficientdet_keras.evaluation.id_check import check_source_ids_match
+from efficientdet_keras.evaluation.runner import evaluate_dataset
+from efficientdet_keras.export.tflite_runner import TFLiteDetector, to_uint8
+from efficientdet_keras.postprocess import Detections
+
+
+def pipeline_images_to_uint8(images, config) -> np.ndarray:
+    """Normalised pipeline images [B, H, W, 3] -> the letterboxed uint8 images [B, H, W, 3]."""
+    mean = np.asarray(config.mean_rgb, np.float32)
+    stddev = np.asarray(config.stddev_rgb, np.float32)
+    return to_uint8(np.asarray(images, np.float32) * stddev + mean)
+
+
+def stack_detections(per_image: List[dict]) -> Detections:
+    """Per-image detect() dicts -> numpy Detections padded to the largest count."""
+    width = max([1] + [len(found["scores"]) for found in per_image])
+    boxes = np.zeros([len(per_image), width, 4], np.float32)
+    scores = np.zeros([len(per_image), width], np.float32)
+    classes = np.zeros([len(per_image), width], np.int32)
+    for row, found in enumerate(per_image):
+        count = len(found["scores"])
+        boxes[row, :count], scores[row, :count] = found["boxes"], found["scores"]
+        classes[row, :count] = found["classes"]
+    valid = np.array([len(found["scores"]) for found in per_image], np.int32)
+    return Detections(boxes, scores, classes, valid)
+
+
+def tflite_detect_fns(detector: TFLiteDetector):
+    """(forward, postprocess) for `evaluate_dataset`, backed by the .tflite.
+
+    forward(normalised images [B, H, W, 3]) -> (B per-image output dicts, None): the
+    interpreter run, timed as "network". postprocess(outputs, None, image_scales [B])
+    -> Detections in original pixels (decoding and NMS of raw files happen here).
+    """
+    config = detector.config
+
+    def forward(images):
+        return [detector.run(image) for image in pipeline_images_to_uint8(images, config)], None
+
+    def postprocess(outputs, _, image_scales):
+        scales = np.asarray(image_scales, np.float32).reshape(-1)
+        return stack_detections([detector.detections_from_outputs(out, float(scale))
+                                 for out, scale in zip(outputs, scales)])
+
+    return forward, postprocess
+
+
+class TFLiteEvaluation:
+    """A .tflite detector, an evaluation pipeline and an evaluator (as CheckpointEvaluation).
+
+    Args:
+      detector: the TFLiteDetector; its config (from the sidecar) sets the input size,
+        anchors, classes and the normalisation that is undone.
+      source, annotation_file, batch_size, max_images, backend, progress: as
+        CheckpointEvaluation (batch_size only batches the input pipeline).
+    """
+
+    def __init__(self, detector: TFLiteDetector, source, annotation_file: Optional[str] = None,
+                 batch_size: int = 8, max_images: Optional[int] = None, backend: str = "auto",
+                 progress: bool = True):
+        if annotation_file:
+            check_source_ids_match(source, annotation_file)
+        self.detector = detector
+        # float32 images, so that undoing the normalisation is exact.
+        self.config = detector.config.copy().override({"mixed_precision": False})
+        self.pipeline = InputPipeline(self.config, source, is_training=False,
+                                      batch_size=batch_size)
+        label_map = self.config.label_map if isinstance(self.config.label_map, dict) else None
+        self.evaluator = COCOEvaluator(annotation_file, label_map=label_map, backend=backend)
+        self.max_images, self.progress = max_images, progress
+
+    def run(self, unused_checkpoint=None):
+        """Returns (the .tflite path, metrics, EvaluationTiming), as CheckpointEvaluation.run."""
+        metrics, timing = evaluate_dataset(None, self.pipeline(), self.config, self.evaluator,
+                                           max_images=self.max_images, progress=self.progress,
+                                           detect_fns=tflite_detect_fns(self.detector))
+        return self.detector.path, metrics, timing

@@ -1,0 +1,257 @@
+"""Parity checks of an exported .tflite against the Keras model and the detection SavedModel.
+
+Each check runs the .tflite with the ai-edge-litert interpreter (`TFLiteDetector`) on
+the same letterboxed uint8 images as the reference and returns a `CheckResult` with
+a one-line summary:
+  raw_parity        "raw" .tflite vs the Keras model: max abs difference of the class
+                    logits and box codes of every anchor (float32 passes at <= 1e-4).
+  detection_parity  "detections" .tflite (TFLite_Detection_PostProcess) vs the detection
+                    SavedModel's serving function with hard NMS: every detection above
+                    the score threshold on one side has one on the other side with the
+                    same class and all four box coordinates within 1 pixel (original
+                    image pixels), among the top tflite_max_detections. Both are fed
+                    the same letterboxed uint8 image.
+  quantized_error   an int8 or float16 .tflite vs the float32 model: max abs difference
+                    of raw outputs and scores (vs Keras) or of the sorted detection
+                    scores (vs the SavedModel), against a stated tolerance.
+"""
+
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from efficientdet_keras.postprocess import flatten_outputs
+
+RAW_TOLERANCE = 1e-4
+BOX_TOLERANCE_PIXELS = 1.0
+SCORE_THRESHOLD = 0.3
+# Max abs score error of a quantized .tflite vs float32 that the checks accept (measured,
+# see the README's parity section).
+QUANTIZED_SCORE_TOLERANCE = {"float16": 0.05, "int8": 0.25}
+NUM_CHECK_IMAGES = 4
+# Detections this close to the score threshold may fall on either side of it.
+_THRESHOLD_MARGIN = 1e-3
+
+
+class CheckResult(NamedTuple):
+    """name: the check; passed: its verdict; summary: one line with the measured figures;
+    measured: {figure: value}."""
+    name: str
+    passed: bool
+    summary: str
+    measured: Dict[str, float]
+
+
+def _detector(tflite_path: str):
+    """The runner, padding with the model's own mean_rgb (from the sidecar)."""
+    from efficientdet_keras.export.tflite_runner import TFLiteDetector, read_sidecar
+    info = read_sidecar(tflite_path)
+    overrides = {key: info[key] for key in ("mean_rgb", "stddev_rgb") if key in info}
+    return TFLiteDetector(tflite_path, config_overrides=overrides)
+
+
+def keras_raw_outputs(model, letterboxed: np.ndarray) -> Dict[str, np.ndarray]:
+    """The Keras model's outputs on one letterboxed uint8 [H, W, 3] image, in the raw
+    .tflite layout: class_outputs [1, A, C] logits, box_outputs [1, A, 4]."""
+    config = model.config
+    images = tf.cast(letterboxed[np.newaxis], tf.float32)
+    normalised = (images - tf.constant(config.mean_rgb, tf.float32)) / tf.constant(
+        config.stddev_rgb, tf.float32)
+    class_outputs, box_outputs = model(normalised, training=False)
+    logits, codes = flatten_outputs(class_outputs, box_outputs, config.num_classes)
+    return {"class_outputs": logits.numpy(), "box_outputs": codes.numpy()}
+
+
+def max_abs_differences(got: Dict[str, np.ndarray], expected: Dict[str, np.ndarray],
+                        keys: Sequence[str]) -> Dict[str, float]:
+    """{key: max |got[key] - expected[key]|}, float64."""
+    return {key: float(np.max(np.abs(np.asarray(got[key], np.float64) -
+                                      np.asarray(expected[key], np.float64))))
+            for key in keys}
+
+
+def raw_parity(model, tflite_path: str, images: Sequence[np.ndarray],
+               tolerance: float = RAW_TOLERANCE) -> CheckResult:
+    """Raw outputs of a float "raw" .tflite vs the Keras model (EMA weights swapped in by
+    the caller when the export used them) on uint8 [h, w, 3] `images`."""
+    detector = _detector(tflite_path)
+    worst = {"class_outputs": 0.0, "box_outputs": 0.0}
+    for image in images:
+        letterboxed, _ = detector.letterbox(image)
+        differences = max_abs_differences(detector.run(letterboxed),
+                                          keras_raw_outputs(model, letterboxed), worst)
+        worst = {key: max(worst[key], differences[key]) for key in worst}
+    passed = max(worst.values()) <= tolerance
+    summary = ("raw outputs vs Keras: max abs difference %.2g (class logits) and %.2g (box "
+               "codes) on %d image(s), tolerance %g: %s"
+               % (worst["class_outputs"], worst["box_outputs"], len(images), tolerance,
+                  "ok" if passed else "FAILED"))
+    return CheckResult("raw_parity", passed, summary, worst)
+
+
+def saved_model_detect(model) -> Callable[[np.ndarray], Dict[str, np.ndarray]]:
+    """The detection SavedModel's serving_default function (export/saved_model.py) for
+    `model`, with hard NMS as the TFLite op does: uint8 [h, w, 3] -> its outputs, batch 1."""
+    from efficientdet_keras.export.saved_model import DetectionModule
+    config = model.config.copy()
+    config.override({"nms_configs": {"method": "hard"}})
+    module = DetectionModule(model, config)
+    return lambda image: {k: v.numpy() for k, v in module.detect_images(image[np.newaxis]).items()}
+
+
+def _saved_model_detections(outputs: Dict[str, np.ndarray], input_size,
+                            scale: float) -> Dict[str, np.ndarray]:
+    """SavedModel outputs for one letterboxed input of `input_size` (its boxes are
+    normalised to it) as dict(boxes in original pixels, scores, classes)."""
+    count = int(outputs["num_detections"][0])
+    height, width = input_size[:2]
+    pixels = np.array([height, width, height, width], np.float32) * np.float32(scale)
+    return {"boxes": outputs["detection_boxes"][0, :count] * pixels,
+            "scores": outputs["detection_scores"][0, :count],
+            "classes": outputs["detection_classes"][0, :count].astype(np.int64)}
+
+
+def _clip_to_input(boxes: np.ndarray, input_size, scale: float) -> np.ndarray:
+    """The SavedModel clips boxes to its input; TFLite_Detection_PostProcess does not."""
+    height, width = input_size[:2]
+    return np.clip(boxes, 0.0, np.array([height, width, height, width], np.float32) * scale)
+
+
+def unmatched_detections(found: Dict[str, np.ndarray], reference: Dict[str, np.ndarray],
+                         score_threshold: float, pixel_tolerance: float) -> int:
+    """How many detections of `found` above score_threshold (+ a small margin) have no
+    detection in `reference` (above the threshold - margin) of the same class whose four
+    coordinates are all within pixel_tolerance. Each reference detection matches once."""
+    available = reference["scores"] > score_threshold - _THRESHOLD_MARGIN
+    missing = 0
+    for box, score, cls in zip(found["boxes"], found["scores"], found["classes"]):
+        if score <= score_threshold + _THRESHOLD_MARGIN:
+            continue
+        close = np.max(np.abs(reference["boxes"] - box), axis=-1) <= pixel_tolerance
+        candidates = np.flatnonzero(available & close & (reference["classes"] == cls))
+        if candidates.size:
+            available[candidates[0]] = False
+        else:
+            missing += 1
+    return missing
+
+
+def detection_parity(model, tflite_path: str, images: Sequence[np.ndarray],
+                     score_threshold: float = SCORE_THRESHOLD,
+                     pixel_tolerance: float = BOX_TOLERANCE_PIXELS,
+                     reference_detect: Optional[Callable] = None) -> CheckResult:
+    """Detections of a "detections" .tflite vs the detection SavedModel's on `images`.
+
+    The SavedModel returns class-aware hard-NMS detections, the op class-agnostic ones
+    (one class per anchor): they agree when boxes of different classes do not overlap
+    above nms iou_thresh, which is what a check of a trained model sees in practice.
+    Both get the runner's letterboxed uint8 image. reference_detect: uint8 [h, w, 3] ->
+    SavedModel outputs with batch 1 (a loaded SavedModel's signature, say); default:
+    `saved_model_detect(model)`.
+    """
+    detector = _detector(tflite_path)
+    reference_detect = reference_detect or saved_model_detect(model)
+    max_detections = int(detector.info["max_detections"])
+    compared = unmatched = 0
+    for image in images:
+        # Both get the same letterboxed uint8 input (the SavedModel's own resize is then
+        # the identity and its zero padding equals the runner's mean padding), so only
+        # the runtimes and the NMS differ, not the rounding of the resized pixels.
+        letterboxed, scale = detector.letterbox(image)
+        found = detector.detections_from_outputs(detector.run(letterboxed), scale)
+        found["boxes"] = _clip_to_input(found["boxes"], letterboxed.shape, scale)
+        reference = _saved_model_detections(reference_detect(letterboxed), letterboxed.shape,
+                                            scale)
+        reference = {k: v[:max_detections] for k, v in reference.items()}
+        compared += int(np.sum(reference["scores"] > score_threshold + _THRESHOLD_MARGIN))
+        unmatched += unmatched_detections(found, reference, score_threshold, pixel_tolerance)
+        unmatched += unmatched_detections(reference, found, score_threshold, pixel_tolerance)
+    passed = unmatched == 0
+    verdict = "ok" if passed else "FAILED"
+    if compared == 0:  # An untrained model: say that nothing was compared.
+        verdict += " (nothing to compare: no score above %g on these images)" % score_threshold
+    summary = ("detections vs SavedModel (hard NMS): %d of %d detections with score > %g "
+               "unmatched (same class, box within %g px) on %d image(s): %s"
+               % (unmatched, compared, score_threshold, pixel_tolerance, len(images), verdict))
+    return CheckResult("detection_parity", passed, summary,
+                       {"compared": compared, "unmatched": unmatched})
+
+
+def _sorted_scores(scores: np.ndarray, count: int) -> np.ndarray:
+    return np.sort(np.asarray(scores, np.float64).reshape(-1)[:count])[::-1]
+
+
+def quantized_error(model, tflite_path: str, images: Sequence[np.ndarray],
+                    tolerance: float) -> CheckResult:
+    """Error of a quantized (int8 or float16) .tflite against the float32 model.
+
+    "raw" files: max abs difference of the class logits, box codes and scores
+    (sigmoid of the logits) of every anchor against the Keras model. "detections"
+    files: max abs difference between the sorted scores of the top detections and the
+    SavedModel's (hard NMS) sorted scores. Passes when the scores' error is <= tolerance.
+    """
+    detector = _detector(tflite_path)
+    raw = detector.info["outputs"] == "raw"
+    reference_detect = None if raw else saved_model_detect(model)
+    worst: Dict[str, float] = {}
+    for image in images:
+        letterboxed, _ = detector.letterbox(image)
+        got = detector.run(letterboxed)
+        if raw:
+            expected = keras_raw_outputs(model, letterboxed)
+            for outputs in (got, expected):
+                outputs["scores"] = tf.sigmoid(outputs["class_outputs"]).numpy()
+            differences = max_abs_differences(got, expected,
+                                              ("class_outputs", "box_outputs", "scores"))
+        else:
+            reference = reference_detect(image)
+            count = int(min(got["num_detections"][0], reference["num_detections"][0]))
+            differences = {"scores": float(np.max(np.abs(
+                _sorted_scores(got["detection_scores"], count) -
+                _sorted_scores(reference["detection_scores"], count)), initial=0.0))}
+        worst = {key: max(worst.get(key, 0.0), value) for key, value in differences.items()}
+    passed = worst["scores"] <= tolerance
+    summary = ("%s vs float32 %s: max abs difference %s on %d image(s), score tolerance %g: %s"
+               % (detector.info["quantization"], "Keras" if raw else "SavedModel",
+                  ", ".join("%.3g (%s)" % (v, k) for k, v in worst.items()), len(images),
+                  tolerance, "ok" if passed else "FAILED"))
+    return CheckResult("%s_error" % detector.info["quantization"], passed, summary, worst)
+
+
+def check_images(config, file_pattern: Optional[str] = None,
+                 count: int = NUM_CHECK_IMAGES) -> List[np.ndarray]:
+    """uint8 [h, w, 3] images for the checks: the first `count` of the TFRecords matching
+    `file_pattern` (letterboxed by the input pipeline), else synthetic shapes on textured
+    backgrounds (efficientdet_keras.data.synthetic) in a non-square size, so that the
+    letterboxing is exercised too."""
+    from efficientdet_keras.export.tflite import calibration_images
+    if file_pattern:
+        return [batch[0][0] for batch in calibration_images(config, file_pattern, count)]
+    from efficientdet_keras.data.synthetic import generate_examples
+    height, width = config.image_size
+    return [image for _, image in generate_examples(
+        count, height=max(16, height * 3 // 4), width=max(16, width * 5 // 4), seed=0)]
+
+
+def standard_checks(model, tflite_path: str, images: Sequence[np.ndarray]) -> List[CheckResult]:
+    """The checks for the kind of `tflite_path` (its sidecar): float32 raw -> raw_parity,
+    float32 detections -> detection_parity, float16 and int8 -> quantized_error with
+    QUANTIZED_SCORE_TOLERANCE. The model's EMA weights are swapped in, as the export did."""
+    from efficientdet_keras.optimization import strip_for_export
+    from efficientdet_keras.training.callbacks import ema_weights
+    from efficientdet_keras.export.tflite_runner import read_sidecar
+    info = read_sidecar(tflite_path)
+    model = strip_for_export(model)
+    with ema_weights(model):
+        if info["quantization"] != "float32":
+            return [quantized_error(model, tflite_path, images,
+                                    QUANTIZED_SCORE_TOLERANCE[info["quantization"]])]
+        if info["outputs"] == "raw":
+            return [raw_parity(model, tflite_path, images)]
+        return [detection_parity(model, tflite_path, images)]
+
+
+def failed(results: List[CheckResult]) -> List[CheckResult]:
+    """The checks that did not pass."""
+    return [r for r in results if not r.passed]

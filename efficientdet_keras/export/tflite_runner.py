@@ -1,0 +1,226 @@
+"""Running an exported .tflite detector with the ai-edge-litert interpreter.
+
+    detector = TFLiteDetector("d0.tflite", num_threads=2)
+    found = detector.detect(image)  # image: uint8 [h, w, 3]
+    found["boxes"]    # float32 [n, 4] ymin, xmin, ymax, xmax in pixels of `image`
+    found["scores"]   # float32 [n], high to low
+    found["classes"]  # int64 [n], class ids 1..num_classes
+
+The file comes from `efficientdet-export --format=tflite` with its sidecar
+`<file>.tflite.json` (model name, input size, anchors, label map, output kind).
+Its one signature, "serving_default", takes "images" uint8 (or float32 0..255)
+[1, H, W, 3], already letterboxed to the model's input size, and normalises
+them itself. It returns either the output of TFLite_Detection_PostProcess
+("detections": boxes normalised to H x W, 0-based classes, scores, count) or
+the raw network outputs ("raw": class logits and box codes of every anchor,
+decoded and NMSed here with the package's own post-processing).
+
+XNNPACK is the interpreter's default delegate; `use_xnnpack=False` runs the
+built-in kernels only. ai-edge-litert is imported when a detector is made:
+it is an extra (`pip install "efficientdet_keras[tflite]"`).
+"""
+
+import json
+import os
+from typing import Dict, Optional, Sequence, Tuple
+
+import numpy as np
+
+from efficientdet_keras.export.tflite import sidecar_path
+
+SIGNATURE = "serving_default"
+INSTALL_HINT = 'pip install "efficientdet_keras[tflite]"'
+# Bytes 4..8 of every TFLite flatbuffer.
+_TFLITE_IDENTIFIER = b"TFL3"
+# Sidecar keys that describe the network's anchors and classes (config keys of the same name).
+_ANCHOR_KEYS = ("image_size", "num_classes", "min_level", "max_level", "num_scales",
+                "aspect_ratios", "anchor_scale")
+
+
+class LiteRTMissingError(ImportError, ValueError):
+    """ai-edge-litert is not installed (a ValueError too, so the tools print one line)."""
+
+
+def read_sidecar(tflite_path: str) -> dict:
+    """The sidecar dict of an exported .tflite, after checking both files.
+
+    Raises:
+      FileNotFoundError / ValueError (one line naming the path): the file is missing or
+        is not a TFLite flatbuffer, or its sidecar is missing or unreadable.
+    """
+    if not os.path.isfile(tflite_path):
+        raise FileNotFoundError("%s: no such .tflite file" % tflite_path)
+    with open(tflite_path, "rb") as f:
+        head = f.read(8)
+    if head[4:8] != _TFLITE_IDENTIFIER:
+        raise ValueError("%s is not a .tflite file (no TFL3 flatbuffer identifier)" % tflite_path)
+    path = sidecar_path(tflite_path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError("%s: sidecar %s is missing; the .tflite must come from "
+                                "efficientdet-export --format=tflite" % (tflite_path, path))
+    try:
+        with open(path) as f:
+            info = json.load(f)
+    except ValueError as e:
+        raise ValueError("%s: not valid JSON (%s); re-export with efficientdet-export "
+                         "--format=tflite" % (path, e)) from None
+    missing = [k for k in _ANCHOR_KEYS + ("outputs",) if k not in info]
+    if missing:
+        raise ValueError("%s lacks %s; re-export with efficientdet-export --format=tflite"
+                         % (path, ", ".join(missing)))
+    return info
+
+
+def config_from_sidecar(info: dict, overrides=None):
+    """A Config with the sidecar's anchors, classes and label map (other keys: defaults).
+
+    The raw outputs are decoded with it; `overrides` (a dict or "k=v" string, as
+    --hparams) can set e.g. nms_configs or mean_rgb.
+    """
+    from efficientdet_keras.config import default_config
+    values = {key: info[key] for key in _ANCHOR_KEYS}
+    if info.get("model_name"):
+        values["name"] = info["model_name"]
+    if info.get("label_map"):
+        values["label_map"] = {int(k): v for k, v in info["label_map"].items()}
+    for key in ("mean_rgb", "stddev_rgb"):  # What the .tflite normalises with (padding value).
+        if info.get(key):
+            values[key] = list(info[key])
+    return default_config().override(values).override(overrides)
+
+
+def _interpreter_class():
+    """(Interpreter, OpResolverType) from ai-edge-litert, or a one-line install hint."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    except ImportError as e:
+        raise LiteRTMissingError("running a .tflite file needs ai-edge-litert (%s): %s"
+                                 % (e, INSTALL_HINT)) from None
+    return Interpreter, OpResolverType
+
+
+def letterbox_uint8(image, image_size: Sequence[int], mean_rgb: Sequence[float]):
+    """The .tflite input for one image: aspect-preserving resize and bottom/right padding.
+
+    The same resize as the Keras and SavedModel paths (`augment.resize_crop_pad`), but
+    not normalised. Padding is mean_rgb (rounded), which the .tflite's own
+    normalisation turns into ~0: the value the Keras pipeline pads with.
+
+    Args:
+      image: uint8 [h, w, 3] (numpy or tensor).
+      image_size: the model's input (H, W).
+
+    Returns:
+      (uint8 numpy [H, W, 3], scale float: original pixels per input pixel).
+    """
+    import tensorflow as tf
+    from efficientdet_keras.data.augment import resize_crop_pad
+    mean = tf.constant(mean_rgb, tf.float32)
+    # Shifting by -mean before padding and +mean after makes the padding mean, not 0.
+    shifted, _, scale, _ = resize_crop_pad(tf.convert_to_tensor(image), tf.zeros([0, 4]),
+                                           image_size, normalize=lambda x: x - mean)
+    return to_uint8(shifted + mean), float(scale)
+
+
+def to_uint8(image) -> np.ndarray:
+    """Rounds float pixel values (0..255) to uint8, clipping what resizing overshoots."""
+    return np.clip(np.round(np.asarray(image, np.float32)), 0, 255).astype(np.uint8)
+
+
+class TFLiteDetector:
+    """One exported .tflite detector, batch 1 (see the module doc).
+
+    Args:
+      path: the .tflite file (its sidecar `<path>.json` must sit next to it).
+      num_threads: interpreter threads (None: the runtime's default).
+      use_xnnpack: run with the XNNPACK delegate (the default); False for the
+        built-in kernels only.
+      config_overrides: applied to the config that decodes raw outputs (e.g.
+        {"nms_configs": {"score_thresh": 0.3}}) and gives mean_rgb for padding.
+
+    Attributes:
+      info: the sidecar dict. config: the Config built from it.
+    """
+
+    def __init__(self, path: str, num_threads: Optional[int] = None, use_xnnpack: bool = True,
+                 config_overrides=None):
+        self.path = path
+        self.info = read_sidecar(path)
+        self.config = config_from_sidecar(self.info, config_overrides)
+        interpreter_class, resolver = _interpreter_class()
+        resolver_type = resolver.AUTO if use_xnnpack else resolver.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+        try:
+            self.interpreter = interpreter_class(model_path=path, num_threads=num_threads,
+                                                 experimental_op_resolver_type=resolver_type)
+        except (ValueError, RuntimeError) as e:
+            raise ValueError("%s: the interpreter cannot load it (%s)"
+                             % (path, str(e).strip().splitlines()[0])) from None
+        if SIGNATURE not in self.interpreter.get_signature_list():
+            raise ValueError("%s has no %r signature; re-export with efficientdet-export "
+                             "--format=tflite" % (path, SIGNATURE))
+        self._runner = self.interpreter.get_signature_runner(SIGNATURE)
+        self.input_dtype = np.dtype(self._runner.get_input_details()["images"]["dtype"])
+        self._raw_postprocess = None  # Traced on the first raw decode.
+
+    @property
+    def image_size(self) -> Tuple[int, int]:
+        height, width = self.info["image_size"]
+        return int(height), int(width)
+
+    def letterbox(self, image) -> Tuple[np.ndarray, float]:
+        """uint8 [h, w, 3] -> (uint8 [H, W, 3] input, scale: original pixels per input pixel)."""
+        return letterbox_uint8(image, self.image_size, self.config.mean_rgb)
+
+    def run(self, letterboxed) -> Dict[str, np.ndarray]:
+        """Runs the signature on one letterboxed uint8 image, [H, W, 3] or [1, H, W, 3].
+
+        Returns the signature's outputs by name (see the module doc), batch dimension kept.
+        """
+        images = np.asarray(letterboxed)
+        if images.ndim == 3:
+            images = images[np.newaxis]
+        expected = (1,) + self.image_size + (3,)
+        if images.shape != expected:
+            raise ValueError("%s takes images of shape %s, got %s; letterbox them first"
+                             % (self.path, list(expected), list(images.shape)))
+        return self._runner(images=images.astype(self.input_dtype))
+
+    def detect(self, image) -> Dict[str, np.ndarray]:
+        """Detections of one uint8 [h, w, 3] image, boxes in its own pixels (module doc)."""
+        letterboxed, scale = self.letterbox(image)
+        return self.detections_from_outputs(self.run(letterboxed), scale)
+
+    def detections_from_outputs(self, outputs: Dict[str, np.ndarray], scale: float):
+        """dict(boxes [n, 4] original pixels, scores [n], classes [n] ids 1..C) of one image.
+
+        Args:
+          outputs: `run`'s outputs for the image. scale: original pixels per input pixel.
+        """
+        if self.info["outputs"] == "raw":
+            return self._decode_raw(outputs, scale)
+        count = int(outputs["num_detections"][0])
+        height, width = self.image_size
+        pixels = np.array([height, width, height, width], np.float32) * np.float32(scale)
+        scores = outputs["detection_scores"][0, :count].astype(np.float32)
+        order = np.argsort(-scores, kind="stable")  # Callers may stop at a score threshold.
+        # Clipped to the input, as postprocess_detections (and so the SavedModel) clips.
+        boxes = np.clip(outputs["detection_boxes"][0, order].astype(np.float32), 0.0, 1.0)
+        return {"boxes": boxes * pixels,
+                "scores": scores[order],
+                # TFLite_Detection_PostProcess gives 0-based class indices.
+                "classes": outputs["detection_classes"][0, order].astype(np.int64) + 1}
+
+    def _decode_raw(self, outputs: Dict[str, np.ndarray], scale: float):
+        """Raw logits and box codes, decoded and NMSed with postprocess_detections."""
+        if self._raw_postprocess is None:
+            import tensorflow as tf
+            from efficientdet_keras.postprocess import postprocess_detections
+            # The concatenated outputs are a one-level list to postprocess (same anchor order).
+            self._raw_postprocess = tf.function(
+                lambda logits, codes, scales: postprocess_detections(
+                    self.config, [logits], [codes], scales))
+        found = self._raw_postprocess(outputs["class_outputs"], outputs["box_outputs"],
+                                      np.array([scale], np.float32))
+        count = int(found.valid[0])
+        return {"boxes": found.boxes[0, :count].numpy(), "scores": found.scores[0, :count].numpy(),
+                "classes": found.classes[0, :count].numpy().astype(np.int64)}

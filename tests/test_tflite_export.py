@@ -1,0 +1,210 @@
+"""TFLite export (efficientdet_keras/export/tflite.py) and its parity checks (tflite_parity.py).
+
+The models are untrained, so they are first made "confident": one forward pass in
+training mode with batch_norm_momentum 0 sets the moving statistics of the BiFPN and head
+BatchNorms to the statistics of real-looking images (otherwise random weights give
+near-constant outputs), the prediction kernels are scaled to a realistic output range,
+and the class-predict bias of class 1 is raised so that a few anchors score above 0.3.
+The outputs then vary from anchor to anchor, which the checks need.
+"""
+
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+
+from conftest import tiny_config
+from efficientdet_keras import EfficientDetNet, save_ckpt
+from efficientdet_keras.data.synthetic import generate_examples, write_synthetic_dataset
+from efficientdet_keras.export import tflite, tflite_parity
+
+pytest.importorskip("ai_edge_litert", reason="ai-edge-litert (the tflite extra) is not installed")
+
+NON_SQUARE = (128, 192)
+# Full backbone and all levels, one BiFPN cell and one head conv: conversion takes half as long.
+FAST = dict(fpn_cell_repeats=1, box_class_repeats=1)
+
+
+def synthetic_images(count, height, width, seed=5):
+    """uint8 [h, w, 3] shapes on textured backgrounds."""
+    return [image for _, image in generate_examples(count, height, width, seed=seed)]
+
+
+def _scale_kernel(layer, factor):
+    """Multiplies the last kernel of a prediction conv (pointwise when separable)."""
+    kernel = [w for w in layer.weights if "bias" not in w.name][-1]
+    kernel.assign(kernel * factor)
+
+
+def calibration_batch(config):
+    """float32 [4, H, W, 3] normalised letterboxed images, two of them with padding."""
+    from efficientdet_keras.export.tflite_runner import letterbox_uint8
+    height, width = config.image_size
+    sizes = [(height, width), (height, width), (height * 3 // 4, width), (height, width // 2)]
+    images = [letterbox_uint8(synthetic_images(1, h, w, seed=i)[0], (height, width),
+                              config.mean_rgb)[0] for i, (h, w) in enumerate(sizes)]
+    return (np.stack(images).astype(np.float32) - np.array(config.mean_rgb, np.float32)) / \
+        np.array(config.stddev_rgb, np.float32)
+
+
+def calibrate_heads(model, images):
+    """Sets the moving statistics of every BatchNorm after the backbone to the batch
+    statistics of `images` (batch_norm_momentum is 0). The backbone stays as initialised:
+    its random features are O(1) already, and calibrating 16 random blocks as well makes
+    the network chaotic (float rounding then changes the outputs by 1e-3)."""
+    levels = model.backbone(images, training=False)
+    features = levels[model.config.min_level - 1:model.config.max_level]
+    for resample in model.resample_layers:
+        features.append(resample(features[-1], training=True))
+    features = model.fpn_cells(features, training=True)
+    model.class_net.head_features(features, training=True)
+    model.box_net.head_features(features, training=True)
+
+
+def confident_model(model_name, image_size, top_score=0.9, max_logit=4.0, max_code=1.0):
+    """A model whose class logits and box codes vary from anchor to anchor (up to about
+    +-max_logit around the prior and +-max_code) and whose best class-1 score is
+    top_score on its calibration images. The other classes score below ~0.05, so that
+    class-agnostic (TFLite op) and class-aware (SavedModel) NMS agree above 0.3."""
+    config = tiny_config(model_name, image_size=image_size, batch_norm_momentum=0.0, **FAST)
+    model = EfficientDetNet(config=config)
+    images = calibration_batch(config)
+    model.build_variables()
+    calibrate_heads(model, images)
+
+    def flat_outputs():
+        class_outputs, box_outputs = model(images, training=False)
+        logits = np.concatenate([np.reshape(c.numpy(), [-1, config.num_classes])
+                                 for c in class_outputs])
+        return logits, np.concatenate([np.reshape(b.numpy(), [-1]) for b in box_outputs])
+
+    logits, codes = flat_outputs()
+    _scale_kernel(model.class_net.predict, max_logit / np.max(np.abs(logits - np.median(logits))))
+    _scale_kernel(model.box_net.predict, max_code / np.max(np.abs(codes)))
+    logits, _ = flat_outputs()
+    bias = model.class_net.predict.bias
+    shift = np.zeros(bias.shape, np.float32)
+    shift[:] = -4.0  # Other classes: scores below 0.05.
+    shift[0::config.num_classes] = np.log(top_score / (1 - top_score)) - logits[:, 0].max()
+    bias.assign_add(shift)
+    return model
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("tflite")
+
+
+@pytest.fixture(scope="module")
+def d0_raw(workdir):
+    """D0 at a non-square size, with its float32 raw .tflite."""
+    model = confident_model("efficientdet-d0", NON_SQUARE)
+    path = tflite.export_tflite(model, str(workdir / "d0-raw.tflite"), outputs="raw")
+    return model, path
+
+
+@pytest.fixture(scope="module")
+def lite0(workdir):
+    """Lite0 at 128 px, with its float32 detections .tflite."""
+    model = confident_model("efficientdet-lite0", 128)
+    path = tflite.export_tflite(model, str(workdir / "lite0.tflite"))
+    return model, path
+
+
+@pytest.fixture(scope="module")
+def data(workdir):
+    return write_synthetic_dataset(str(workdir / "data"), num_train=1, num_val=8,
+                                   image_size=(96, 160), seed=3)
+
+
+def test_float32_raw_outputs_equal_keras_at_a_non_square_size(d0_raw):
+    model, path = d0_raw
+    with open(tflite.sidecar_path(path)) as f:
+        info = json.load(f)
+    assert info == dict(info, image_size=list(NON_SQUARE), outputs="raw", quantization="float32",
+                        input_type="uint8", num_classes=4, model_name="efficientdet-d0",
+                        anchor_scale=4.0, min_level=3, max_level=7, max_detections=25)
+    from ai_edge_litert.interpreter import Interpreter
+    details = Interpreter(path).get_signature_runner().get_input_details()["images"]
+    assert details["dtype"] == np.uint8 and list(details["shape"]) == [1, *NON_SQUARE, 3]
+
+    images = synthetic_images(2, 100, 120)  # Letterboxed with padding on the right.
+    result = tflite_parity.raw_parity(model, path, images)
+    assert result.passed, result.summary
+    # The outputs really vary (a constant network would pass trivially) ...
+    letterboxed, _ = tflite_parity._detector(path).letterbox(images[0])
+    assert np.std(tflite_parity.keras_raw_outputs(model, letterboxed)["class_outputs"]) > 0.1
+    # ... and the check fails when the weights differ by 1e-3.
+    bias = model.box_net.predict.bias
+    bias.assign_add(np.full(bias.shape, 1e-3, np.float32))
+    try:
+        result = tflite_parity.raw_parity(model, path, images[:1])
+    finally:
+        bias.assign_sub(np.full(bias.shape, 1e-3, np.float32))
+    assert not result.passed and "FAILED" in result.summary
+
+
+def test_detections_match_the_saved_model(lite0):
+    model, path = lite0
+    from efficientdet_keras.export.tflite_runner import TFLiteDetector
+    detector = TFLiteDetector(path)
+    outputs = detector.run(detector.letterbox(synthetic_images(1, 128, 128)[0])[0])
+    assert sorted(outputs) == sorted(tflite.DETECTION_OUTPUTS)
+    assert outputs["detection_boxes"].shape == (1, 25, 4)
+    result = tflite_parity.detection_parity(model, path, synthetic_images(3, 96, 160))
+    print(result.summary)
+    assert result.passed, result.summary
+    assert result.measured["compared"] >= 3, result.summary  # Scores above 0.3 were compared.
+
+
+def test_float16_halves_the_file_and_stays_close_to_float32(lite0, workdir):
+    model, float_path = lite0
+    path = tflite.export_tflite(model, str(workdir / "lite0-fp16.tflite"), quantization="FP16",
+                                outputs="raw")
+    assert os.path.getsize(path) < 0.6 * os.path.getsize(float_path)  # float16 weights.
+    result, = tflite_parity.standard_checks(model, path, synthetic_images(2, 96, 160))
+    print(result.summary)
+    assert result.name == "float16_error" and result.passed, result.summary
+
+
+def test_export_cli_int8_with_representative_data(lite0, data, workdir, capsys):
+    """The command writes <export_dir>/model.tflite and prints the int8 error check, whose
+    tolerance (QUANTIZED_SCORE_TOLERANCE) is the one the README states."""
+    from absl.testing import flagsaver
+    from efficientdet_keras.cli import export as export_cli
+    model, float_path = lite0
+    model_dir = workdir / "run"
+    model_dir.mkdir()
+    model.config.save_yaml(str(model_dir))
+    save_ckpt(model, str(model_dir / "ckpt-1"))
+    export_dir = workdir / "exported"
+    flags = ["--model_dir=%s" % model_dir, "--format=tflite", "--export_dir=%s" % export_dir]
+    with flagsaver.flagsaver(), pytest.raises(ValueError, match="--representative_data"):
+        export_cli.FLAGS(["efficientdet-export", *flags, "--tflite_quantization=INT8"])
+        export_cli.export()
+    with flagsaver.flagsaver():
+        export_cli.FLAGS(["efficientdet-export", *flags, "--tflite_quantization=INT8",
+                          "--tflite_outputs=raw", "--representative_data=%s" % data.val_tfrecord,
+                          "--num_calibration_images=8"])
+        export_cli.export()
+    out = capsys.readouterr().out
+    print(out)
+    assert re.search(r"Parity: int8 vs float32 Keras: .* score tolerance 0.25: ok", out), out
+    path = export_dir / "model.tflite"
+    assert os.path.getsize(path) < 0.4 * os.path.getsize(float_path)  # int8 weights.
+    with open(str(path) + ".json") as f:
+        assert json.load(f)["quantization"] == "int8"
+    # Quantized, so not equal to float32; but far closer than the +-4 spread of the logits.
+    error = float(re.search(r"([0-9.e-]+) \(class_outputs\)", out).group(1))
+    assert 1e-4 < error < 1.5, out
+
+
+def test_tflite_max_detections_is_a_checked_config_key():
+    config = tiny_config()
+    assert config.tflite_max_detections == 25
+    with pytest.raises(ValueError, match="tflite_max_detections must be a positive integer"):
+        config.override("tflite_max_detections=0")
+    assert 'i: 7 }' in tflite.postprocess_op_attributes(
+        config.override("tflite_max_detections=7")).split("max_classes")[0]

@@ -1,0 +1,222 @@
+"""The .tflite runner (TFLiteDetector), efficientdet-eval --tflite and efficientdet-infer --tflite.
+
+One tiny model is exported once per module, with raw outputs and with the
+TFLite_Detection_PostProcess op; references are the Keras model and the
+package's own pre- and post-processing.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from conftest import REPO_ROOT, tiny_config
+from efficientdet_keras import EfficientDetNet
+from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
+from efficientdet_keras.data.synthetic import write_synthetic_dataset
+from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
+from efficientdet_keras.evaluation.runner import evaluate_dataset
+from efficientdet_keras.evaluation.tflite_evaluation import (TFLiteEvaluation,
+                                                             pipeline_images_to_uint8)
+from efficientdet_keras.export.saved_model import preprocess_image
+from efficientdet_keras.export.tflite import export_tflite
+from efficientdet_keras.export.tflite_runner import (INSTALL_HINT, LiteRTMissingError,
+                                                     TFLiteDetector)
+from efficientdet_keras.postprocess import postprocess_detections
+
+SMALL = dict(image_size=64, num_classes=4, fpn_num_filters=16, fpn_cell_repeats=1,
+             box_class_repeats=1, backbone_survival_prob=1.0)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """(model, {"raw": path, "detections": path}, synthetic data with 48 x 64 images)."""
+    root = tmp_path_factory.mktemp("tflite_runner")
+    data = write_synthetic_dataset(str(root / "data"), num_train=1, num_val=4,
+                                   image_size=(48, 64), seed=4)  # Non-square: padded input.
+    model = EfficientDetNet(config=tiny_config(**SMALL, label_map=data.label_map))
+    model.build_variables()
+    # An untrained head gives every anchor nearly the same score, and near-ties make the
+    # NMS order arbitrary: spread the scores (and raise them above the score thresholds).
+    weights = {v.name: v for v in model.variables}
+    kernel = weights["class_net/class-predict/pointwise_kernel:0"]
+    kernel.assign(tf.random.stateless_normal(kernel.shape, [1, 2], stddev=1000.0))
+    bias = weights["class_net/class-predict/bias:0"]
+    bias.assign(bias + 3.0)
+    paths = {kind: export_tflite(model, str(root / ("%s.tflite" % kind)), outputs=kind)
+             for kind in ("raw", "detections")}
+    return model, paths, data
+
+
+def photo(seed=0, shape=(40, 90, 3)):
+    return np.random.RandomState(seed).randint(0, 256, shape).astype(np.uint8)
+
+
+def keras_detections(model, letterboxed, scale):
+    """The Keras model and postprocess_detections on the same letterboxed uint8 image."""
+    config = model.config
+    images = (letterboxed[np.newaxis].astype(np.float32) - config.mean_rgb) / config.stddev_rgb
+    class_outputs, box_outputs = model(images, training=False)
+    found = postprocess_detections(config, class_outputs, box_outputs, [scale])
+    count = int(found.valid[0])
+    return found.boxes[0, :count].numpy(), found.scores[0, :count].numpy(), \
+        found.classes[0, :count].numpy()
+
+
+def assert_same_detections(found, boxes, scores, classes, box_atol):
+    """Every detection of `found` has its own partner (class, score within 1e-5, box within
+    box_atol); near-equal scores may come in another order."""
+    assert len(found["scores"]) == len(scores)
+    unmatched = set(range(len(scores)))
+    for box, score, class_id in zip(found["boxes"], found["scores"], found["classes"]):
+        partner = [i for i in unmatched if classes[i] == class_id and abs(scores[i] - score) < 1e-5
+                   and np.abs(boxes[i] - box).max() <= box_atol]
+        assert partner, (box, score, class_id)
+        unmatched.remove(partner[0])
+
+
+def detections_of_image(rows, image_id):
+    """COCO result rows of one image as a detect()-style dict (boxes as x, y, w, h)."""
+    mine = [row for row in rows if row["image_id"] == image_id]
+    return {"boxes": np.array([row["bbox"] for row in mine]),
+            "scores": np.array([row["score"] for row in mine]),
+            "classes": np.array([row["category_id"] for row in mine])}
+
+
+def test_letterbox_equals_the_saved_model_preprocessing(exported):
+    model, paths, _ = exported
+    detector = TFLiteDetector(paths["raw"])
+    image = photo()
+    letterboxed, scale = detector.letterbox(image)
+    assert letterboxed.dtype == np.uint8 and letterboxed.shape == (64, 64, 3)
+    expected, expected_scale, _ = preprocess_image(tf.constant(image), model.config)
+    normalised = (letterboxed.astype(np.float32) - model.config.mean_rgb) / model.config.stddev_rgb
+    # uint8 rounding is at most half a grey level; the padding (rows 28..63) is ~0 as well.
+    np.testing.assert_allclose(normalised, expected.numpy(), atol=0.51 / 57.0)
+    assert abs(normalised[40:]).max() < 0.01
+    assert scale == pytest.approx(float(expected_scale)) and scale == pytest.approx(40 / 28)
+
+
+def test_raw_file_detections_equal_keras_postprocessing_in_original_pixels(exported):
+    model, paths, _ = exported
+    detector = TFLiteDetector(paths["raw"], num_threads=1)
+    image = photo(1)
+    found = detector.detect(image)
+    boxes, scores, classes = keras_detections(model, *detector.letterbox(image))
+    assert len(scores) > 10
+    assert_same_detections(found, boxes, scores, classes, box_atol=1e-3)
+    np.testing.assert_allclose(found["scores"], scores, atol=1e-5)  # Sorted alike.
+    assert found["boxes"].max() > 64  # Original pixels (the image is 90 wide), not input pixels.
+
+
+def test_detections_file_gives_the_same_top_detection_as_raw_outputs(exported):
+    model, paths, _ = exported
+    detector = TFLiteDetector(paths["detections"], use_xnnpack=False)
+    assert detector.info["outputs"] == "detections" and detector.info["max_detections"] == 25
+    image = photo(2)
+    found = detector.detect(image)
+    boxes, scores, classes = keras_detections(model, *detector.letterbox(image))
+    assert 0 < len(found["scores"]) <= 25
+    assert np.all(np.diff(found["scores"]) <= 0)  # High to low.
+    assert set(found["classes"]) <= {1, 2, 3, 4}
+    # The highest-scoring (anchor, class) wins under any NMS: same box, score and class id.
+    assert found["classes"][0] == classes[0]
+    assert found["scores"][0] == pytest.approx(scores[0], abs=1e-5)
+    np.testing.assert_allclose(found["boxes"][0], boxes[0], atol=1e-2)
+
+
+def test_tflite_evaluation_equals_the_keras_evaluation(exported):
+    model, paths, data = exported
+    nms = {"score_thresh": 0.1}  # Scores below are close together (see `exported`).
+    detector = TFLiteDetector(paths["raw"], config_overrides={"nms_configs": nms})
+    evaluation = TFLiteEvaluation(detector, TFRecordSource(data.val_tfrecord), data.val_json,
+                                  batch_size=2, progress=False)
+    _, tflite_metrics, timing = evaluation.run()
+    assert timing.images == 4
+    tflite_rows = evaluation.evaluator.detection_results()
+
+    pipeline = InputPipeline(model.config, TFRecordSource(data.val_tfrecord), is_training=False,
+                             batch_size=2)
+    evaluator = COCOEvaluator(data.val_json, label_map=data.label_map)
+    config = model.config
+
+    def forward(images):  # The same uint8 input as the .tflite gets; eager: 4 images only.
+        rounded = pipeline_images_to_uint8(images, config).astype(np.float32)
+        return model((rounded - config.mean_rgb) / config.stddev_rgb, training=False)
+
+    eager = (forward, lambda classes, boxes, scales: postprocess_detections(
+        config, classes, boxes, scales, nms_overrides=nms))
+    keras_metrics, _ = evaluate_dataset(model, pipeline(), model.config, evaluator,
+                                        progress=False, detect_fns=eager)
+    keras_rows = evaluator.detection_results()
+    assert len(tflite_rows) == len(keras_rows) > 40
+    for image_id in {row["image_id"] for row in keras_rows}:
+        tflite_found = detections_of_image(tflite_rows, image_id)
+        assert_same_detections(tflite_found, *detections_of_image(keras_rows, image_id).values(),
+                               box_atol=1e-3)
+    for name, value in keras_metrics.items():
+        assert tflite_metrics[name] == pytest.approx(value, abs=1e-3), name
+
+
+def run_tool(name, *args):
+    return subprocess.run([sys.executable, os.path.join(REPO_ROOT, "tools", name + ".py"), *args],
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_eval_and_infer_tools_take_a_tflite_file(exported, tmp_path):
+    model, paths, data = exported
+    result = run_tool("eval", "--tflite=%s" % paths["detections"], "--progress=false",
+                      "--val_file_pattern=%s" % data.val_tfrecord,
+                      "--val_json_file=%s" % data.val_json)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "%s: 4 images" % paths["detections"] in result.stdout
+    printed = {line.split()[0]: float(line.split()[1]) for line in result.stdout.splitlines()
+               if line.split() and line.split()[0] in ("AP", "AP50", "ARmax100")}
+    evaluation = TFLiteEvaluation(TFLiteDetector(paths["detections"]),
+                                  TFRecordSource(data.val_tfrecord), data.val_json,
+                                  progress=False)
+    _, metrics, _ = evaluation.run()
+    assert len(printed) == 3
+    assert printed == {k: pytest.approx(metrics[k], abs=1e-4) for k in printed}
+
+    image = photo(3)
+    Image.fromarray(image).save(tmp_path / "photo.png")
+    out = tmp_path / "out"
+    result = run_tool("infer", "--tflite=%s" % paths["detections"], "--input=%s" % tmp_path,
+                      "--output_dir=%s" % out, "--score_threshold=0.05", "--max_boxes=5")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (out / "photo.png").exists()
+    written = json.load(open(out / "detections.json"))["photo.png"]
+    found = TFLiteDetector(paths["detections"]).detect(image)
+    keep = found["scores"] >= 0.05
+    expected = found["boxes"][keep][:5]
+    assert 0 < len(written) == len(expected)
+    np.testing.assert_allclose([d["box"] for d in written], expected, atol=0.02)
+    assert [d["name"] for d in written] == [data.label_map[c] for c in found["classes"][keep][:5]]
+
+
+def test_clear_errors(tmp_path, monkeypatch):
+    missing = str(tmp_path / "none.tflite")
+    with pytest.raises(FileNotFoundError, match="none.tflite: no such .tflite file"):
+        TFLiteDetector(missing)
+    not_tflite = tmp_path / "bad.tflite"
+    not_tflite.write_bytes(b"0123456789abcdef")
+    with pytest.raises(ValueError, match="bad.tflite is not a .tflite file"):
+        TFLiteDetector(str(not_tflite))
+    no_sidecar = tmp_path / "lone.tflite"
+    no_sidecar.write_bytes(b"\x1c\x00\x00\x00TFL3" + bytes(8))
+    with pytest.raises(FileNotFoundError, match=r"lone.tflite.json is missing; the .tflite must "
+                                                r"come from efficientdet-export --format=tflite"):
+        TFLiteDetector(str(no_sidecar))
+    (tmp_path / "lone.tflite.json").write_text(json.dumps(dict(
+        image_size=[64, 64], num_classes=4, min_level=3, max_level=7, num_scales=3,
+        aspect_ratios=[1.0], anchor_scale=4.0, outputs="raw")))
+    monkeypatch.setitem(sys.modules, "ai_edge_litert.interpreter", None)  # Import fails.
+    with pytest.raises(LiteRTMissingError, match=re.escape(INSTALL_HINT)):
+        TFLiteDetector(str(no_sidecar))
