@@ -188,3 +188,15 @@ def test_int8_export_uses_learned_ranges_and_matches_fake_quantized_outputs(trai
                  steps[key].max()))
     assert np.mean(steps["class_outputs"] <= 1.001) >= 0.8
     assert np.percentile(steps["box_outputs"], 90) <= 30
+
+
+def test_int8_export_of_a_swish_qat_model_is_refused_with_the_reason(tmp_path):
+    from efficientdet_keras.export.tflite import export_tflite
+    config = tiny_config("efficientdet-d0", image_size=64, **SHALLOW,
+                         model_optimizations={"quantize": {}})
+    model = EfficientDetNet(config=config)
+    model.build_variables()
+    path = str(tmp_path / "d0.tflite")
+    with pytest.raises(ValueError, match="act_type 'swish'.*relu or relu6"):
+        export_tflite(model, path, quantization="int8", outputs="raw")
+    assert not os.path.exists(path)
