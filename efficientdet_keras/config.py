@@ -645,6 +645,10 @@ def validate_config(config: Config) -> Config:
     check(_is_number(config.rmsprop_epsilon) and config.rmsprop_epsilon > 0,
           "rmsprop_epsilon must be positive; got %r" % (config.rmsprop_epsilon,))
     check_optimization_settings(config.model_optimizations or {})
+    # The wrappers go where the package builds its convolutions; a hub module's are not.
+    check(not (config.model_optimizations and config.hub_module_url),
+          "model_optimizations (pruning, quantization-aware training) apply to the package's own "
+          "network, not to a TF-Hub module; drop one of model_optimizations and hub_module_url")
     check(isinstance(config.clip_gradients_per_tensor, bool),
           "clip_gradients_per_tensor must be true or false; got %r"
           % (config.clip_gradients_per_tensor,))

@@ -5,7 +5,7 @@ import yaml
 
 from conftest import HPARAMS_DIR
 from efficientdet_keras import MODEL_NAMES, Config, get_efficientdet_config
-from efficientdet_keras.config import parse_override_string
+from efficientdet_keras.config import parse_override_string, validate_config
 
 # name: (backbone, size, filters, fpn repeats, head repeats), from the paper's table.
 FAMILY = {
@@ -245,3 +245,13 @@ def test_values_are_checked_from_dicts_yaml_files_and_validate_config(tmp_path):
     c.num_epochs = 0  # Assigned directly: no override check, but the model's is.
     with pytest.raises(ValueError, match="num_epochs must be a positive integer, got 0"):
         validate_config(c)
+
+
+def test_model_optimizations_are_checked_at_the_door():
+    config = get_efficientdet_config("efficientdet-d0")
+    config.override({"model_optimizations": {"prune": {"target_sparsity": 0.5, "end_step": 10}}})
+    validate_config(config)
+    with pytest.raises(ValueError, match="unknown entry 'distill'"):
+        validate_config(config.copy().override({"model_optimizations": {"distill": {}}}))
+    with pytest.raises(ValueError, match="not to a TF-Hub module"):
+        validate_config(config.copy().override({"hub_module_url": "exported/demo-hub"}))
