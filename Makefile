@@ -15,7 +15,7 @@ install: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade --quiet pip
-	$(BIN)/python -m pip install --quiet -e '.[test,fast_eval,tflite]'
+	$(BIN)/python -m pip install --quiet -e '.[test,fast_eval,tflite,reports]'
 	touch $(STAMP)
 
 demo: $(STAMP)

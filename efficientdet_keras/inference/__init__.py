@@ -1,0 +1,1 @@
+"""The Python Detector: a model directory, checkpoint, SavedModel or .tflite in, detections out."""

@@ -1,0 +1,1 @@
+"""What a training run leaves for people to read: results.csv, plots, evaluation images."""
