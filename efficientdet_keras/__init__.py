@@ -21,10 +21,11 @@ _EXPORTS = {
     "MODEL_NAMES": "config", "Config": "config", "get_efficientdet_config": "config",
     "validate_config": "config",
     "EfficientDetNet": "model",
+    "Detector": "inference.detector", "Detections": "inference.results",
 }
 
-__all__ = ["Config", "EfficientDetNet", "MODEL_NAMES", "get_efficientdet_config",
-           "restore_ckpt", "save_ckpt", "validate_config"]
+__all__ = ["Config", "Detections", "Detector", "EfficientDetNet", "MODEL_NAMES",
+           "get_efficientdet_config", "restore_ckpt", "save_ckpt", "validate_config"]
 
 
 def __getattr__(name):

@@ -104,7 +104,7 @@ class CheckpointArchive:
         if entry not in kept:
             return False
         os.makedirs(self.archive_dir, exist_ok=True)
-        self._copy_checkpoint(checkpoint_prefix, os.path.join(self.archive_dir, name))
+        copy_checkpoint(checkpoint_prefix, os.path.join(self.archive_dir, name))
         self._write_json(kept)
         for evicted in ranked[self.keep:]:
             for path in glob.glob(os.path.join(self.archive_dir, evicted["name"] + ".*")):
@@ -113,22 +113,41 @@ class CheckpointArchive:
                      self.archive_dir)
         return True
 
-    def _copy_checkpoint(self, source_prefix: str, target_prefix: str) -> None:
-        """Copies a checkpoint's files; the index appears last, after its data is complete."""
-        data_files = sorted(glob.glob(glob.escape(source_prefix) + ".data-*"))
-        if not os.path.exists(source_prefix + ".index"):
-            raise FileNotFoundError("Checkpoint %s does not exist (no .index file)" % source_prefix)
-        suffixes = [path[len(source_prefix):] for path in data_files] + [".index"]
-
-        def copy(temp_prefix: str) -> None:
-            for suffix in suffixes:
-                shutil.copyfile(source_prefix + suffix, temp_prefix + suffix)
-
-        write_files_atomically(target_prefix, suffixes, copy)
-
     def _write_json(self, entries: List[Dict]) -> None:
         write_json_atomically(self.json_path, {"monitor": self.monitor, "mode": self.mode,
                                                "checkpoints": entries})
+
+
+def copy_checkpoint(source_prefix: str, target_prefix: str, hard_link: bool = False) -> str:
+    """Copies a checkpoint's files to `target_prefix`; the index appears last, after its data.
+
+    Args:
+      hard_link: link the files (os.link) instead of copying, falling back to a copy where
+        the filesystem cannot. Safe because checkpoints are never changed in place (a new
+        one replaces the files by rename), and a link outlives the removal of its source.
+
+    Returns `target_prefix`. Raises FileNotFoundError naming the source without an index.
+    """
+    data_files = sorted(glob.glob(glob.escape(source_prefix) + ".data-*"))
+    if not os.path.exists(source_prefix + ".index"):
+        raise FileNotFoundError("Checkpoint %s does not exist (no .index file)" % source_prefix)
+    suffixes = [path[len(source_prefix):] for path in data_files] + [".index"]
+
+    def copy_or_link(source: str, target: str) -> None:
+        if hard_link:
+            try:
+                os.link(source, target)
+                return
+            except OSError:  # Another filesystem, or one without hard links.
+                pass
+        shutil.copyfile(source, target)
+
+    def produce(temp_prefix: str) -> None:
+        for suffix in suffixes:
+            copy_or_link(source_prefix + suffix, temp_prefix + suffix)
+
+    write_files_atomically(target_prefix, suffixes, produce)
+    return target_prefix
 
 
 def _from_keras_log_names(data: Dict) -> Dict:

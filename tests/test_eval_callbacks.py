@@ -80,7 +80,7 @@ def test_coco_metrics_json_keeps_the_epochs_before_a_resume(tmp_path):
     assert sorted(callback.history) == [1, 2]
 
 
-def test_val_ema_loss_is_the_validation_loss_of_the_ema_weights(tmp_path):
+def test_val_ema_loss_is_the_validation_loss_of_the_ema_weights(tmp_path, capsys):
     from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
     from efficientdet_keras.data.synthetic import write_synthetic_dataset
     from efficientdet_keras.training.trainer import EfficientDetNetTrain
@@ -104,7 +104,11 @@ def test_val_ema_loss_is_the_validation_loss_of_the_ema_weights(tmp_path):
     callback.set_model(model)
     callback.set_params({"epochs": 1})
     logs = {}
+    capsys.readouterr()
     callback.on_epoch_end(0, logs)
+    # The evaluation's progress bar: one final line (stdout is not a terminal).
+    progress = capsys.readouterr().out
+    assert "4/4 - " in progress and "images/s:" in progress
     for name in ("loss", "det_loss", "cls_loss", "box_loss", "reg_l2_loss"):
         assert logs["val_ema_" + name] == pytest.approx(ema_loss[name], rel=1e-4), name
     assert "val_AP" in logs

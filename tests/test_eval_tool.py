@@ -6,7 +6,10 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+import tensorflow as tf
+from PIL import Image
 
 from conftest import REPO_ROOT, tiny_config
 from efficientdet_keras import EfficientDetNet, save_ckpt
@@ -47,7 +50,7 @@ def test_single_evaluation_prints_metrics_and_writes_detections(run_dir, tmp_pat
     results_json = tmp_path / "detections.json"
     result = run_tool("--model_dir=%s" % model_dir, "--val_file_pattern=%s" % data.val_tfrecord,
                       "--val_json_file=%s" % data.val_json, "--nms_max_output_size=7",
-                      "--results_json=%s" % results_json, "--batch_size=4")
+                      "--results_json=%s" % results_json, "--batch_size=4", "--write_images=5")
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
     header = [l for l in lines if "ckpt-2" in l and "6 images" in l]
@@ -63,14 +66,30 @@ def test_single_evaluation_prints_metrics_and_writes_detections(run_dir, tmp_pat
     for d in detections:
         per_image[d["image_id"]] = per_image.get(d["image_id"], 0) + 1
     assert set(per_image) <= val_ids and max(per_image.values()) <= 7
+    # --write_images=5: the first 5 images (ids 2..6), truth | detections, in eval_images/ckpt-2.
+    images_dir = model_dir / "eval_images" / "ckpt-2"
+    assert "5 evaluation images written to %s" % images_dir in result.stdout
+    assert sorted(os.listdir(images_dir))[:-1] == ["%d.png" % i for i in range(2, 7)]
+    [events] = glob.glob(str(images_dir / "events.out.tfevents.*"))
+    summaries = [(event.step, value.tag, len(value.tensor.string_val) - 2)
+                 for event in tf.compat.v1.train.summary_iterator(events)
+                 for value in event.summary.value]
+    assert summaries == [(2, "eval_images", 5)]
+    assert np.asarray(Image.open(images_dir / "2.png")).shape == (14 + 128, 2 * 128 + 4, 3)
 
 
 def test_continuous_mode_evaluates_each_checkpoint_once_and_archives(run_dir):
     model_dir, data = run_dir
     result = run_tool("--model_dir=%s" % model_dir, "--val_file_pattern=%s" % data.val_tfrecord,
-                      "--continuous", "--archive_keep=1", "--eval_timeout=60")
+                      "--continuous", "--archive_keep=1", "--eval_timeout=60", "--write_images=1")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Final epoch 2 evaluated" in result.stdout
+    for checkpoint in ("ckpt-1", "ckpt-2"):  # --write_images: a folder per checkpoint.
+        images_dir = model_dir / "eval_images" / checkpoint
+        assert "1 evaluation image written to %s" % images_dir in result.stdout
+        assert (images_dir / "2.png").exists()
+    assert [n for n in os.listdir(model_dir / "eval_images" / "ckpt-1")
+            if n.endswith(".png")] == ["2.png"]
     metrics = json.load(open(model_dir / "eval" / "metrics.json"))
     assert sorted(metrics) == ["ckpt-1", "ckpt-2"] and metrics["ckpt-2"]["epoch"] == 2
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(model_dir / "eval"))
@@ -93,6 +112,10 @@ def test_bad_flags_are_one_line_errors(tmp_path):
     result = run_tool("--ckpt=%s" % tmp_path, "--val_file_pattern=%s" % (tmp_path / "none-*"))
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert "none-*" in result.stderr.strip().splitlines()[-1]
+    result = run_tool("--ckpt=%s" % tmp_path, "--val_file_pattern=x", "--write_images=2")
+    assert result.returncode != 0 and result.stderr.strip().splitlines()[-1] == (
+        "efficientdet-eval: --write_images needs --images_dir (or --model_dir, for "
+        "<model_dir>/eval_images)")
 
 
 def test_archive_keeps_the_best_and_survives_reloads(tmp_path):

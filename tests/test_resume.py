@@ -263,7 +263,9 @@ def test_a_sigkilled_run_resumes_at_its_last_backup_and_finishes_like_an_unkille
     assert "COCO metrics after epoch 2" in out and "Best checkpoint:" in out
     assert "ema_loss" in metrics["2"] and "AP_/circle" in metrics["2"]
     assert "steps_per_epoch: 4" in open(os.path.join(model_dir, "config.yaml")).read()
-    assert os.listdir(os.path.join(model_dir, "display"))
+    # Evaluation images of the resumed epoch's evaluation (ground truth | detections).
+    assert [name for name in os.listdir(os.path.join(model_dir, "eval_images", "epoch-2"))
+            if name.endswith(".png")]
     assert "val_AP" in out  # COCO results reach the Keras logs.
     assert any(name.startswith("events.out") for _, _, files in os.walk(model_dir)
                for name in files)  # TensorBoard

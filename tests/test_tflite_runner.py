@@ -29,6 +29,7 @@ from efficientdet_keras.export.tflite import export_tflite
 from efficientdet_keras.export.tflite_runner import (INSTALL_HINT, LiteRTMissingError,
                                                      TFLiteDetector)
 from efficientdet_keras.postprocess import postprocess_detections
+from efficientdet_keras.reports.eval_images import EvaluationImages
 
 SMALL = dict(image_size=64, num_classes=4, fpn_num_filters=16, fpn_cell_repeats=1,
              box_class_repeats=1, backbone_survival_prob=1.0)
@@ -135,8 +136,9 @@ def test_tflite_evaluation_equals_the_keras_evaluation(exported):
     model, paths, data = exported
     nms = {"score_thresh": 0.1}  # Scores below are close together (see `exported`).
     detector = TFLiteDetector(paths["raw"], config_overrides={"nms_configs": nms})
+    tflite_images = EvaluationImages(detector.config, num_images=3, score_threshold=0.1)
     evaluation = TFLiteEvaluation(detector, TFRecordSource(data.val_tfrecord), data.val_json,
-                                  batch_size=2, progress=False)
+                                  batch_size=2, progress=False, on_detections=tflite_images)
     _, tflite_metrics, timing = evaluation.run()
     assert timing.images == 4
     tflite_rows = evaluation.evaluator.detection_results()
@@ -152,8 +154,10 @@ def test_tflite_evaluation_equals_the_keras_evaluation(exported):
 
     eager = (forward, lambda classes, boxes, scales: postprocess_detections(
         config, classes, boxes, scales, nms_overrides=nms))
+    keras_images = EvaluationImages(config, num_images=3, score_threshold=0.1)
     keras_metrics, _ = evaluate_dataset(model, pipeline(), model.config, evaluator,
-                                        progress=False, detect_fns=eager)
+                                        progress=False, detect_fns=eager,
+                                        on_detections=keras_images)
     keras_rows = evaluator.detection_results()
     assert len(tflite_rows) == len(keras_rows) > 40
     for image_id in {row["image_id"] for row in keras_rows}:
@@ -162,6 +166,13 @@ def test_tflite_evaluation_equals_the_keras_evaluation(exported):
                                box_atol=1e-3)
     for name, value in keras_metrics.items():
         assert tflite_metrics[name] == pytest.approx(value, abs=1e-3), name
+    # Evaluation images: the .tflite's detections are drawn as the Keras model's are.
+    assert [i for i, _ in tflite_images.pictures] == [i for i, _ in keras_images.pictures]
+    for (_, tflite_picture), (_, keras_picture) in zip(tflite_images.pictures,
+                                                       keras_images.pictures):
+        assert np.mean(tflite_picture != keras_picture) < 0.002
+        truth, predicted = keras_picture[14:, :64], keras_picture[14:, 64 + 4:]
+        assert (truth != predicted).any(-1).mean() > 0.05  # Detections are drawn.
 
 
 def run_tool(name, *args):
@@ -173,9 +184,13 @@ def test_eval_and_infer_tools_take_a_tflite_file(exported, tmp_path):
     model, paths, data = exported
     result = run_tool("eval", "--tflite=%s" % paths["detections"], "--progress=false",
                       "--val_file_pattern=%s" % data.val_tfrecord,
-                      "--val_json_file=%s" % data.val_json)
+                      "--val_json_file=%s" % data.val_json, "--write_images=2",
+                      "--images_dir=%s" % (tmp_path / "images"))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "%s: 4 images" % paths["detections"] in result.stdout
+    # --write_images: <images_dir>/<.tflite name>/<image id>.png, val ids 2 and 3 first.
+    assert sorted(name for name in os.listdir(tmp_path / "images" / "detections")
+                  if name.endswith(".png")) == ["2.png", "3.png"]
     printed = {line.split()[0]: float(line.split()[1]) for line in result.stdout.splitlines()
                if line.split() and line.split()[0] in ("AP", "AP50", "ARmax100")}
     evaluation = TFLiteEvaluation(TFLiteDetector(paths["detections"]),
@@ -195,10 +210,42 @@ def test_eval_and_infer_tools_take_a_tflite_file(exported, tmp_path):
     written = json.load(open(out / "detections.json"))["photo.png"]
     found = TFLiteDetector(paths["detections"]).detect(image)
     keep = found["scores"] >= 0.05
-    expected = found["boxes"][keep][:5]
+    expected = np.minimum(found["boxes"][keep][:5], [40, 90, 40, 90])  # Clipped to the image.
     assert 0 < len(written) == len(expected)
     np.testing.assert_allclose([d["box"] for d in written], expected, atol=0.02)
     assert [d["name"] for d in written] == [data.label_map[c] for c in found["classes"][keep][:5]]
+
+
+def test_python_detector_on_tflite_files(exported):
+    """efficientdet_keras.Detector on both files: TFLiteDetector's detections, clipped to the
+    image, and the raw file's outputs for only_network (tests/test_detector.py: the rest)."""
+    from efficientdet_keras import Detector
+    model, paths, data = exported
+    image = photo(5, (40, 90, 3))
+    for kind in ("raw", "detections"):
+        expected = TFLiteDetector(paths[kind]).detect(image)
+        found = Detector(paths[kind]).detect(image)
+        assert found.image_size == (40, 90) and len(found) == len(expected["scores"]) > 0
+        np.testing.assert_allclose(found.boxes, np.minimum(expected["boxes"], [40, 90, 40, 90]),
+                                   atol=1e-4)
+        np.testing.assert_allclose(found.scores, expected["scores"], atol=1e-6)
+        np.testing.assert_array_equal(found.class_ids, expected["classes"])
+        assert found.class_names.tolist() == [data.label_map[c] for c in expected["classes"]]
+
+    raw = Detector(paths["raw"])
+    outputs = raw.detect([image], only_network=True)[0]
+    runner = TFLiteDetector(paths["raw"])
+    letterboxed, scale = runner.letterbox(image)
+    direct = runner.run(letterboxed)
+    anchors = sum(int(np.ceil(64 / 2 ** level)) ** 2 for level in range(3, 8)) * 9  # 8x8..1x1
+    assert outputs.class_outputs[0].shape == (anchors, 4) and outputs.image_scale == scale
+    np.testing.assert_array_equal(outputs.class_outputs[0], direct["class_outputs"][0])
+    np.testing.assert_array_equal(outputs.box_outputs[0], direct["box_outputs"][0])
+    with pytest.raises(ValueError, match="detections.tflite has detection outputs "
+                                         r"\(TFLite_Detection_PostProcess\): only_network"):
+        Detector(paths["detections"]).detect(image, only_network=True)
+    timing = raw.benchmark(image=image, batch_size=2, runs=2, warmup=1, verbose=False)
+    assert timing.network.median_ms > 0 and timing.end_to_end.median_ms > 0
 
 
 def test_clear_errors(tmp_path, monkeypatch):

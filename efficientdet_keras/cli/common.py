@@ -11,6 +11,9 @@ import sys
 import tempfile
 
 from efficientdet_keras.fileio import FileWriteError
+# The tools' config and model loading lives in the library (the Python Detector uses it too).
+from efficientdet_keras.inference.loading import (load_model_and_config,  # noqa: F401
+                                                  load_run_config)
 
 # Errors caused by what the user gave (flags, files, data) or by the disk (full, read-only):
 # reported in one line.
@@ -182,37 +185,19 @@ def print_evaluation(path, metrics, timing=None) -> None:
     print(format_metrics(metrics))
 
 
-def watch_and_report(evaluation, model_dir: str, archive_keep: int, timeout=None) -> None:
+def watch_and_report(evaluation, model_dir: str, archive_keep: int, timeout=None,
+                     on_result=print_evaluation) -> None:
     """Continuous evaluation of a training run, printing each result and the best checkpoint.
 
     Checkpoints the trainer deletes before they are read are skipped (a warning).
+    on_result(path, metrics, timing) reports each evaluated checkpoint.
     """
     from efficientdet_keras.archive import ARCHIVE_MONITOR
     from efficientdet_keras.evaluation.continuous import evaluate_continuously
     best, finished = evaluate_continuously(evaluation, model_dir, archive_keep=archive_keep,
-                                           timeout=timeout, on_result=print_evaluation)
+                                           timeout=timeout, on_result=on_result)
     print("Final epoch %d evaluated." % evaluation.config.num_epochs if finished
           else "Stopped before the final epoch's checkpoint.")
     if best is not None:
         print("Best checkpoint: %s (%s %.4f)" % (best["path"], ARCHIVE_MONITOR,
                                                  best[ARCHIVE_MONITOR]))
-
-
-def load_run_config(model_dir: str, model_name: str, hparams: str):
-    """The config of a run: <model_dir>/config.yaml when the trainer wrote one, else the
-    family default of model_name; hparams overrides either."""
-    from efficientdet_keras import Config, get_efficientdet_config
-    config_path = os.path.join(model_dir, "config.yaml") if model_dir else ""
-    config = (Config.from_yaml(config_path) if config_path and os.path.exists(config_path)
-              else get_efficientdet_config(model_name))
-    return config.override(hparams)
-
-
-def load_model_and_config(model_dir: str, ckpt: str, model_name: str, hparams: str):
-    """The config (model_dir/config.yaml or model_name, plus hparams) and its model, restored
-    from `ckpt` (or the latest checkpoint in model_dir) with EMA values where present."""
-    from efficientdet_keras import EfficientDetNet, restore_ckpt
-    config = load_run_config(model_dir, model_name, hparams)
-    model = EfficientDetNet(config=config)
-    restore_ckpt(model, ckpt or model_dir, use_ema=True, skip_mismatch=False)
-    return model, config

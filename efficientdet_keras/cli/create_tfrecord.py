@@ -24,7 +24,6 @@ Paths are local files (the final rename is os.replace).
 """
 
 import glob
-import json
 import os
 import sys
 from typing import Dict, Optional
@@ -79,13 +78,6 @@ def load_label_map(path: str) -> Dict[int, str]:
                          "{1: cat, 2: dog}" % path) from None
 
 
-def coco_categories(annotation_file: str) -> Dict[int, str]:
-    """{id: name} from a COCO JSON's categories list."""
-    with open(annotation_file) as f:
-        categories = json.load(f).get("categories", [])
-    return {int(c["id"]): str(c["name"]) for c in categories}
-
-
 def check_flags() -> Optional[str]:
     """The first problem with the flags as an error message, or None. Touches no TensorFlow."""
     if FLAGS.input_format is None:
@@ -128,7 +120,8 @@ def main(argv):
     if problem:
         sys.exit("%s: %s" % (TOOL, problem))
 
-    from efficientdet_keras.data.records import load_coco_records, records_to_coco
+    from efficientdet_keras.data.records import (coco_categories, load_coco_records,
+                                                 records_to_coco)
     from efficientdet_keras.data.tfrecord_writer import shard_paths, write_tfrecords
     from efficientdet_keras.data.voc import VOC_LABEL_MAP, load_voc_records
 

@@ -13,6 +13,10 @@
   # Continuous: evaluate every new checkpoint of a training run once, keep the best:
   efficientdet-eval --model_dir=runs/d0 --val_file_pattern=... --continuous
 
+  # Ground truth beside the detections for the first 8 images, as PNG files and a
+  # TensorBoard image summary in runs/d0/eval_images/<checkpoint name>/:
+  efficientdet-eval --model_dir=runs/d0 --val_file_pattern=... --write_images=8
+
 The config comes from <model_dir>/config.yaml when the trainer wrote one, else
 from --model_name; --hparams overrides either. EMA weights are used when the
 checkpoint has them.
@@ -35,7 +39,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("model_name", "efficientdet-d0", "Model, when model_dir has no config.yaml.")
 flags.DEFINE_string("model_dir", "", "Training directory: its config.yaml and checkpoints.")
 flags.DEFINE_string("ckpt", "", "A checkpoint: a prefix, a directory (its latest) or an archive directory "
-                    "(its best); default: latest in model_dir.")
+                    "(its best), e.g. runs/x/ckpt-3, runs/x/best or runs/x/last; default: "
+                    "latest in model_dir.")
 flags.DEFINE_string("hparams", "", HPARAMS_HELP)
 flags.DEFINE_string("val_file_pattern", "", "TFRecord pattern(s) of the evaluation images.")
 flags.DEFINE_string("val_json_file", "", "COCO ground-truth JSON. With --image_dir and no "
@@ -62,6 +67,13 @@ flags.DEFINE_string("tflite", "", "Evaluate this .tflite file (with its .tflite.
                     "a checkpoint; the --nms_* flags apply to files with raw outputs only.")
 flags.DEFINE_integer("tflite_threads", None, "--tflite: interpreter threads (default: the "
                      "runtime's).")
+flags.DEFINE_integer("write_images", 0, "Draw the first N evaluation images, ground truth beside "
+                     "the detections, as <id>.png and a TensorBoard image summary in "
+                     "<images_dir>/<checkpoint or .tflite name>/ (0: none).")
+flags.DEFINE_string("images_dir", "", "--write_images: the folder for them (default: "
+                    "<model_dir>/eval_images; required without --model_dir).")
+flags.DEFINE_float("image_score_threshold", 0.3, "--write_images: the lowest score of a drawn "
+                   "detection.")
 
 def check_flags():
     """The first problem with the flags, or None. Runs before TensorFlow does any work."""
@@ -79,6 +91,10 @@ def check_flags():
         return "--continuous needs --model_dir"
     if FLAGS.batch_size < 1:
         return "--batch_size must be positive"
+    if FLAGS.write_images < 0:
+        return "--write_images must be >= 0 (0: no images)"
+    if FLAGS.write_images and not (FLAGS.images_dir or FLAGS.model_dir):
+        return "--write_images needs --images_dir (or --model_dir, for <model_dir>/eval_images)"
     return None
 
 
@@ -104,7 +120,8 @@ def build_tflite_evaluation():
     detector.config.nms_configs.override(nms_overrides())
     return TFLiteEvaluation(detector, eval_source(), FLAGS.val_json_file or None,
                             batch_size=FLAGS.batch_size, max_images=FLAGS.eval_samples or None,
-                            backend=FLAGS.backend, progress=FLAGS.progress)
+                            backend=FLAGS.backend, progress=FLAGS.progress,
+                            on_detections=evaluation_images(detector.config))
 
 
 def eval_source():
@@ -120,14 +137,45 @@ def build_evaluation(config):
     return CheckpointEvaluation(config, source, FLAGS.val_json_file or None,
                                 batch_size=FLAGS.batch_size, max_images=FLAGS.eval_samples or None,
                                 backend=FLAGS.backend, use_ema=FLAGS.use_ema,
-                                progress=FLAGS.progress)
+                                progress=FLAGS.progress, on_detections=evaluation_images(config))
+
+
+def evaluation_images(config):
+    """The --write_images hook of the evaluation (an EvaluationImages), or None."""
+    if not FLAGS.write_images:
+        return None
+    from efficientdet_keras.reports.eval_images import EvaluationImages
+    return EvaluationImages(config, FLAGS.write_images, FLAGS.image_score_threshold)
+
+
+def write_evaluation_images(images, evaluated_path: str) -> None:
+    """Writes the pictures of one evaluation into <images_dir>/<name of evaluated_path>/ (the
+    checkpoint prefix's last part, or the .tflite file's name without .tflite), with a
+    TensorBoard summary at the checkpoint's epoch (0 when its name has none)."""
+    from efficientdet_keras.evaluation.continuous import checkpoint_epoch
+    from efficientdet_keras.reports.eval_images import IMAGES_DIR
+    name = os.path.basename(evaluated_path)
+    if name.endswith(".tflite"):
+        name = name[:-len(".tflite")]
+    directory = os.path.join(FLAGS.images_dir or os.path.join(FLAGS.model_dir, IMAGES_DIR), name)
+    paths = images.write(directory, summary_dir=directory,
+                         step=checkpoint_epoch(evaluated_path) or 0)
+    images.reset()  # The next checkpoint (--continuous) starts afresh.
+    print("%d evaluation image%s written to %s" % (len(paths), "s"[:len(paths) != 1], directory))
+
+
+def report_evaluation(evaluation, path, metrics, timing) -> None:
+    """Prints one evaluation's metrics and writes its --write_images pictures."""
+    print_evaluation(path, metrics, timing)
+    if evaluation.on_detections is not None:
+        write_evaluation_images(evaluation.on_detections, path)
 
 
 def evaluate_once(evaluation):
     from efficientdet_keras.fileio import write_json_atomically
     checkpoint = FLAGS.ckpt or FLAGS.model_dir
     path, metrics, timing = evaluation.run(checkpoint)
-    print_evaluation(path, metrics, timing)
+    report_evaluation(evaluation, path, metrics, timing)
     if FLAGS.results_json:
         # Image ids as --val_json_file spells them, so any COCO tool scores the file.
         write_json_atomically(FLAGS.results_json,
@@ -147,7 +195,8 @@ def main(argv):
     if FLAGS.continuous:  # It writes model_dir/archive: first clear what a killed run left.
         remove_stale_temporary_files(FLAGS.model_dir)
         run_or_exit(TOOL, watch_and_report, evaluation, FLAGS.model_dir, FLAGS.archive_keep,
-                    FLAGS.eval_timeout or None)
+                    FLAGS.eval_timeout or None,
+                    lambda *result: report_evaluation(evaluation, *result))
     else:
         run_or_exit(TOOL, evaluate_once, evaluation)
 

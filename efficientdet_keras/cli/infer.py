@@ -5,21 +5,22 @@
       --score_threshold=0.4 --max_boxes=10
   efficientdet-infer --tflite=exported/demo.tflite --input=photos/ --output_dir=out/
 
-Writes each image with its boxes, class names and scores drawn, and
-detections.json: per file, boxes [ymin, xmin, ymax, xmax] in pixels, scores,
-class ids and names.
+Runs efficientdet_keras.Detector on each image. Writes each image with its
+boxes, class names and scores drawn, and detections.json: per file, boxes
+[ymin, xmin, ymax, xmax] in pixels, scores, class ids and names.
 """
 
 import glob
-import json
 import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 from absl import flags  # noqa: E402
 
-from efficientdet_keras.cli.common import HPARAMS_HELP, run_app, run_or_exit  # noqa: E402
-from efficientdet_keras.fileio import write_atomically, write_json_atomically  # noqa: E402
+from efficientdet_keras.cli.common import (HPARAMS_HELP, load_run_config, run_app,  # noqa: E402
+                                           run_or_exit)
+from efficientdet_keras.fileio import write_bytes_atomically, write_json_atomically  # noqa: E402
+from efficientdet_keras.inference.images import load_image  # noqa: E402
 
 TOOL = "efficientdet-infer"
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
@@ -49,76 +50,18 @@ def list_images(pattern: str):
 
 
 def load_detector():
-    """A function from encoded image bytes [B] to detections, and the {id: name} map."""
-    import tensorflow as tf
-
+    """The Detector the flags name (one of --tflite, --saved_model_dir, --model_dir, --ckpt)."""
+    from efficientdet_keras.inference.detector import Detector
     if FLAGS.tflite:
-        return tflite_detect_encoded(FLAGS.tflite)
+        return Detector(FLAGS.tflite, hparams=FLAGS.hparams)
     if FLAGS.saved_model_dir:
-        from efficientdet_keras.export.saved_model import LABEL_MAP_FILE
-        loaded = tf.saved_model.load(FLAGS.saved_model_dir)
-        names_path = os.path.join(FLAGS.saved_model_dir, LABEL_MAP_FILE)
-        names = {}
-        if os.path.exists(names_path):
-            with open(names_path) as f:
-                names = {int(k): v for k, v in json.load(f).items()}
-        signature = loaded.signatures["image_bytes"]
-        return lambda images: signature(images=images), names
-    from efficientdet_keras.cli.common import load_model_and_config
-    from efficientdet_keras.export.saved_model import DetectionModule
-    model, config = load_model_and_config(FLAGS.model_dir, FLAGS.ckpt, FLAGS.model_name,
-                                          FLAGS.hparams)
-    names = dict(config.label_map) if isinstance(config.label_map, dict) else {}
-    module = DetectionModule(model, config)
-    # The closure keeps the module alive: its tf.functions hold it only weakly.
-    return lambda images: module.detect_encoded(images), names
-
-
-def tflite_detect_encoded(path: str):
-    """The .tflite as load_detector's detector: encoded bytes [1] -> the SavedModel's outputs
-    (boxes normalised to the original image, class ids 1..C), and the sidecar's label map."""
-    import tensorflow as tf
-
-    from efficientdet_keras.export.tflite_runner import TFLiteDetector
-    detector = TFLiteDetector(path)
-    label_map = detector.config.label_map
-    names = dict(label_map) if isinstance(label_map, dict) else {}
-
-    def detect(images):
-        image = tf.io.decode_image(images[0], channels=3, expand_animations=False)
-        found = detector.detect(image.numpy())
-        height, width = image.shape[:2]
-        boxes = found["boxes"] / [height, width, height, width]
-        return {"detection_boxes": tf.constant(boxes[None], tf.float32),
-                "detection_scores": tf.constant(found["scores"][None], tf.float32),
-                "detection_classes": tf.constant(found["classes"][None], tf.float32),
-                "num_detections": tf.constant([len(found["scores"])], tf.float32)}
-
-    return detect, names
-
-
-def draw(image_bytes: bytes, detections, names, path: str) -> None:
-    """Draws boxes with "name score" labels and saves the image (Pillow)."""
-    import io
-
-    from PIL import Image, ImageDraw
-
-    image = Image.open(io.BytesIO(image_bytes)).convert("RGB")
-    canvas = ImageDraw.Draw(image)
-    colours = ["#ff4040", "#40ff40", "#4080ff", "#ffff40", "#ff40ff", "#40ffff", "#ff9933"]
-    for d in detections:
-        ymin, xmin, ymax, xmax = d["box"]
-        colour = colours[(d["class"] - 1) % len(colours)]
-        canvas.rectangle([xmin, ymin, xmax, ymax], outline=colour, width=2)
-        label = "%s %.2f" % (d["name"], d["score"])
-        left, top, right, bottom = canvas.textbbox((xmin, ymin), label)
-        canvas.rectangle([left, top, right + 2, bottom], fill=colour)
-        canvas.text((xmin + 1, ymin), label, fill="black")
-    write_atomically(path, lambda f: image.save(f, format="PNG"), binary=True)
+        return Detector(FLAGS.saved_model_dir)
+    config = load_run_config(FLAGS.model_dir, FLAGS.model_name, FLAGS.hparams)
+    return Detector.from_checkpoint(FLAGS.ckpt or FLAGS.model_dir, config)
 
 
 def infer():
-    import tensorflow as tf
+    from efficientdet_keras.drawing import encode_png
 
     if not (FLAGS.saved_model_dir or FLAGS.model_dir or FLAGS.ckpt or FLAGS.tflite):
         raise ValueError("give --saved_model_dir, --model_dir, --ckpt or --tflite")
@@ -128,31 +71,21 @@ def infer():
         raise FileNotFoundError("--saved_model_dir %s does not exist" % FLAGS.saved_model_dir)
     paths = list_images(FLAGS.input)
     os.makedirs(FLAGS.output_dir, exist_ok=True)
-    detector, names = load_detector()
+    detector = load_detector()
     report = {}
     for path in paths:
-        with open(path, "rb") as f:
-            image_bytes = f.read()
         try:
-            out = detector(tf.constant([image_bytes]))
-        except tf.errors.InvalidArgumentError:
+            image = load_image(path)
+        except ValueError:
             print("Skipping %s: not a decodable image" % path)
             continue
-        height, width = tf.io.decode_image(image_bytes, channels=3,
-                                           expand_animations=False).shape[:2]
-        detections = []
-        for i in range(int(out["num_detections"][0])):
-            score = float(out["detection_scores"][0, i])
-            if score < FLAGS.score_threshold or len(detections) >= FLAGS.max_boxes:
-                break
-            box = out["detection_boxes"][0, i].numpy() * [height, width, height, width]
-            class_id = int(out["detection_classes"][0, i])
-            detections.append({"box": [round(float(v), 2) for v in box], "score": round(score, 4),
-                               "class": class_id, "name": names.get(class_id, str(class_id))})
+        found = detector.detect(image, score_threshold=FLAGS.score_threshold,
+                                max_detections=FLAGS.max_boxes)
         name = os.path.splitext(os.path.basename(path))[0] + ".png"
-        draw(image_bytes, detections, names, os.path.join(FLAGS.output_dir, name))
-        report[os.path.basename(path)] = detections
-        print("%s: %d detection(s)" % (path, len(detections)))
+        write_bytes_atomically(os.path.join(FLAGS.output_dir, name),
+                               encode_png(detector.draw(image, found)))
+        report[os.path.basename(path)] = found.records()
+        print("%s: %d detection(s)" % (path, len(found)))
     write_json_atomically(os.path.join(FLAGS.output_dir, "detections.json"), report)
     print("Annotated images and detections.json in %s" % FLAGS.output_dir)
 

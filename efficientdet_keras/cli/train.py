@@ -45,6 +45,8 @@ flags.DEFINE_integer("batch_size", None, "Global batch size (default: the config
 flags.DEFINE_integer("num_epochs", None, "Epochs (default: the config's).")
 flags.DEFINE_integer("num_examples_per_epoch", None, "Images per epoch (default: count them).")
 flags.DEFINE_integer("eval_samples", None, "Evaluate on at most this many images.")
+flags.DEFINE_integer("eval_images", 4, "At each COCO evaluation, draw this many validation images "
+                     "(ground truth beside the detections) into <model_dir>/eval_images (0: none).")
 flags.DEFINE_integer("steps_per_execution", None, "Steps per tf.function call (default: config).")
 flags.DEFINE_string("pretrained_ckpt", "", "Released or own checkpoint to start from (its EMA "
                     "values); the class head is skipped when the class count differs.")
@@ -85,6 +87,8 @@ def check_flags() -> None:
         raise FlagError("cannot create --model_dir %s: %s" % (FLAGS.model_dir, e.strerror))
     if not os.access(FLAGS.model_dir, os.W_OK):
         raise FlagError("--model_dir %s is not writable" % FLAGS.model_dir)
+    if FLAGS.eval_images < 0:
+        raise FlagError("--eval_images must be >= 0 (0: no images)")
     if FLAGS.demo:
         return
     needs_train = FLAGS.mode in ("train", "traineval")
@@ -143,11 +147,9 @@ def make_sources(demo_data):
 
 
 def count_examples(source) -> int:
-    """Images in a source (TFRecords are counted by reading them once)."""
-    if hasattr(source, "records"):
-        return len(source.records)
-    import tensorflow as tf
-    return int(tf.data.TFRecordDataset(source.files).reduce(0, lambda n, _: n + 1))
+    """Images in a source (TFRecords are counted by reading them once, with a progress bar)."""
+    from efficientdet_keras.data.check import count_records
+    return count_records(source)
 
 
 def continuous_eval(config, val_source, val_json):
@@ -238,7 +240,8 @@ def train(config, train_source, val_source, val_json, strategy):
         if FLAGS.eval_samples:
             val_data = val_data.take(-(-FLAGS.eval_samples // config.batch_size))
     callbacks = get_callbacks(config, FLAGS.model_dir, val_data, evaluator,
-                              eval_samples=FLAGS.eval_samples, archive_keep=FLAGS.archive_keep,
+                              eval_samples=FLAGS.eval_samples, display_images=FLAGS.eval_images,
+                              archive_keep=FLAGS.archive_keep,
                               profile_batch=(2, 4) if FLAGS.profile else 0)
     import tf_keras
     callbacks.append(tf_keras.callbacks.LambdaCallback(  # The data report after every epoch.
@@ -284,7 +287,7 @@ def train_or_evaluate():
         demo_data = write_synthetic_dataset(os.path.join(FLAGS.model_dir, "synthetic"),
                                             num_train=FLAGS.demo_images,
                                             num_val=max(1, FLAGS.demo_images // 10),
-                                            image_size=256)
+                                            image_size=256, show_progress=True)
     config = build_config(demo_data)
     train_source, val_source, val_json = make_sources(demo_data)
     if FLAGS.mode == "traineval" and val_json:  # Before any training (eval mode checks too).

@@ -243,6 +243,8 @@ def decode_and_clean(raw: Dict[str, tf.Tensor], num_classes: int, max_instances:
       is_crowd: bool [N]; area: float32 [N] (original pixels^2)
       source_id: string; ok: bool (false: skip this example)
       image_id: int64, `data.image_ids.image_id_to_int64(source_id)`
+      record: string, the record's name (`record_name`)
+      skip_reason: string, "<kind>: <detail>" of the problem that skips it, or "" when ok
     Raises (at run time, strict only): InvalidArgumentError naming the record for a
       class id outside 1..num_classes.
     """
@@ -264,6 +266,9 @@ def decode_and_clean(raw: Dict[str, tf.Tensor], num_classes: int, max_instances:
         health.note(kind, name, details[kind], tf.cast(tf.equal(problem, code), tf.int64))
     ok = tf.equal(problem, 0)
     health.count_good(ok)
+    # The data check names every skipped record with its reason (the warnings stop after a few).
+    reasons = tf.stack([tf.strings.join([kind, ": ", details[kind]]) for kind in SKIP_KINDS])
+    skip_reason = tf.where(ok, "", tf.gather(reasons, tf.maximum(problem - 1, 0)))
 
     def cleaned():
         return _clean_annotations(raw, image, num_classes, max_instances, health, strict, name)
@@ -274,7 +279,8 @@ def decode_and_clean(raw: Dict[str, tf.Tensor], num_classes: int, max_instances:
     boxes, classes, is_crowd, area = tf.cond(ok, cleaned, nothing)
     return {"image": image, "boxes": boxes, "classes": classes, "is_crowd": is_crowd,
             "area": area, "source_id": raw["source_id"],
-            "image_id": image_id_to_int64_graph(raw["source_id"]), "ok": ok}
+            "image_id": image_id_to_int64_graph(raw["source_id"]), "ok": ok,
+            "record": name, "skip_reason": skip_reason}
 
 
 def _clean_annotations(raw, image, num_classes, max_instances, health, strict, name):

@@ -96,6 +96,12 @@ def _read_coco_dict(annotation_file: str) -> dict:
     return data
 
 
+def coco_categories(annotation_file: str) -> Dict[int, str]:
+    """{id: name} from a COCO JSON's categories list (empty when it has none)."""
+    categories = _read_coco_dict(annotation_file).get("categories") or []
+    return {int(c["id"]): str(c["name"]) for c in categories}
+
+
 def coco_image_ids(data: dict, annotation_file: str) -> Dict[int, ImageId]:
     """{int64 image id: the id as the JSON spells it} for the images of a COCO dict.
 

@@ -24,6 +24,7 @@ from efficientdet_keras.data.records import ImageRecord, records_to_coco
 from efficientdet_keras.data.tfrecord_writer import write_tfrecords
 from efficientdet_keras.fileio import (write_bytes_atomically, write_json_atomically,
                                        write_text_atomically)
+from efficientdet_keras.progress import ProgressBar
 
 SYNTHETIC_LABEL_MAP = {1: "circle", 2: "square", 3: "triangle", 4: "cross"}
 CIRCLE, SQUARE, TRIANGLE, CROSS = 1, 2, 3, 4
@@ -269,22 +270,30 @@ def _is_complete(dataset: SyntheticDataset, manifest: dict, num_shards: int) -> 
 
 
 def _write_split(records_and_images, image_dir: str, json_file: str,
-                 tfrecord_pattern: Optional[str], num_shards: int) -> None:
-    """Writes one split's JPEGs and COCO JSON, then its TFRecords from those JPEGs."""
+                 tfrecord_pattern: Optional[str], num_shards: int,
+                 progress: Optional[ProgressBar] = None) -> None:
+    """Writes one split's JPEGs and COCO JSON, then its TFRecords from those JPEGs.
+    `progress` counts the JPEGs; the TFRecord writing then shows its own bar."""
     os.makedirs(image_dir, exist_ok=True)
     records = []
     for record, image in records_and_images:
         write_bytes_atomically(record.path, tf.io.encode_jpeg(image, quality=95).numpy())
         records.append(record)
+        if progress is not None:
+            progress.update(len(records))
     write_json_atomically(json_file, records_to_coco(records, SYNTHETIC_LABEL_MAP), indent=None)
     if tfrecord_pattern and records:
         prefix = tfrecord_pattern.split("-*")[0]
-        write_tfrecords(records, prefix, num_shards, SYNTHETIC_LABEL_MAP, show_progress=False)
+        if progress is not None:
+            print("Writing them to TFRecords %s" % tfrecord_pattern)
+        write_tfrecords(records, prefix, num_shards, SYNTHETIC_LABEL_MAP,
+                        show_progress=progress is not None)
 
 
 def write_synthetic_dataset(out_dir: str, num_train: int = 1000, num_val: int = 200,
                             image_size: Union[int, Tuple[int, int]] = 256, seed: int = 0,
-                            tfrecord: bool = True, num_shards: int = 1) -> SyntheticDataset:
+                            tfrecord: bool = True, num_shards: int = 1,
+                            show_progress: bool = False) -> SyntheticDataset:
     """Writes (or reuses) a synthetic dataset under `out_dir`.
 
     Layout: train/ and val/ (JPEG files named by image id), annotations/
@@ -300,6 +309,7 @@ def write_synthetic_dataset(out_dir: str, num_train: int = 1000, num_val: int = 
       image_size: an int (square) or (height, width).
       seed: a non-negative int; the same seed gives byte-identical JSON and images.
       num_shards: TFRecord files per split (examples are dealt round-robin).
+      show_progress: progress bars while writing (1,000 images take about 11 s).
     """
     height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
     height, width = int(height), int(width)
@@ -324,11 +334,15 @@ def write_synthetic_dataset(out_dir: str, num_train: int = 1000, num_val: int = 
     if tfrecord:
         os.makedirs(os.path.join(out_dir, "tfrecords"))
 
-    _write_split(generate_examples(num_train, height, width, seed, 1, dataset.train_images),
-                 dataset.train_images, dataset.train_json, dataset.train_tfrecord, num_shards)
-    _write_split(generate_examples(num_val, height, width, seed, num_train + 1,
-                                   dataset.val_images),
-                 dataset.val_images, dataset.val_json, dataset.val_tfrecord, num_shards)
+    for split, count, first_id in (("train", num_train, 1), ("val", num_val, num_train + 1)):
+        image_dir = getattr(dataset, split + "_images")
+        progress = None
+        if show_progress:
+            print("Writing %d synthetic %s images to %s" % (count, split, image_dir))
+            progress = ProgressBar(count, unit_name="image")
+        _write_split(generate_examples(count, height, width, seed, first_id, image_dir),
+                     image_dir, getattr(dataset, split + "_json"),
+                     getattr(dataset, split + "_tfrecord"), num_shards, progress)
 
     write_text_atomically(manifest_path, json.dumps(manifest, indent=2, sort_keys=True))
     return dataset

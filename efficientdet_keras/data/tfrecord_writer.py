@@ -14,11 +14,11 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
-import tf_keras
 
 from efficientdet_keras.data.decode import IMAGE_SIGNATURES, DataHealth, decode_and_clean
 from efficientdet_keras.data.records import raw_dataset_from_records, record_to_tf_example
 from efficientdet_keras.fileio import publish_file
+from efficientdet_keras.progress import ProgressBar
 
 
 @dataclasses.dataclass
@@ -68,7 +68,7 @@ def write_tfrecords(records: Sequence, output_prefix: str, num_shards: int = 1,
                   for p in final_paths]
     writers, skipped, written = [], [], []
     objects = 0
-    progress = tf_keras.utils.Progbar(len(records), unit_name="image") if show_progress else None
+    progress = ProgressBar(len(records), unit_name="image") if show_progress else None
     try:
         writers.extend(tf.io.TFRecordWriter(p) for p in temp_paths)
         num_classes = max(label_map) if label_map else _NO_LIMIT

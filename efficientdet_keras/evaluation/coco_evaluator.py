@@ -17,6 +17,7 @@ installed).
 
 import contextlib
 import copy
+import dataclasses
 import io
 from typing import Dict, List, Mapping, Optional
 
@@ -31,6 +32,24 @@ from efficientdet_keras.postprocess import CocoRows, Detections, to_coco_rows
 METRIC_NAMES = ("AP", "AP50", "AP75", "APs", "APm", "APl",
                 "ARmax1", "ARmax10", "ARmax100", "ARs", "ARm", "ARl")
 BACKENDS = ("auto", "pycocotools", "faster_coco_eval")
+
+
+@dataclasses.dataclass
+class AccumulatedPrecision:
+    """The precision table of one COCO evaluation (pycocotools' `eval["precision"]`).
+
+    precision: [T, R, K, A, M] precision at IoU threshold t, recall threshold r, category k,
+      area range a (0: all) and detection limit m (-1: 100); -1 where category k has no
+      ground truth.
+    iou_thresholds: [T] (0.5, 0.55, ..., 0.95). recall_thresholds: [R] (0, 0.01, ..., 1).
+    category_ids: [K] the category of each k. names: [K] their names (the label map's, else
+      the id as text).
+    """
+    precision: np.ndarray
+    iou_thresholds: np.ndarray
+    recall_thresholds: np.ndarray
+    category_ids: List[int]
+    names: List[str]
 
 
 def faster_coco_eval_available() -> bool:
@@ -83,6 +102,8 @@ class COCOEvaluator:
         self._images: Dict[int, dict] = {}
         self._annotations: List[dict] = []
         self._evaluated_ids: List[int] = []
+        # The precision table of the last `result()` (for precision-recall curves).
+        self.last_precision: Optional[AccumulatedPrecision] = None
 
     # --- accumulation ----------------------------------------------------------
     def add_detections(self, image_ids, detections: CocoRows) -> None:
@@ -198,6 +219,7 @@ class COCOEvaluator:
             results = [{"image_id": first, "bbox": [0.0, 0.0, 0.0, 0.0], "score": 0.0,
                         "category_id": category}]
         evaluation = self._run_backend(groundtruth, results)
+        self.last_precision = self._accumulated_precision(evaluation)
         metrics = {name: float(value) for name, value in zip(METRIC_NAMES, evaluation.stats)}
         if self.label_map:
             metrics.update(self._per_class_ap(evaluation, groundtruth))
@@ -222,6 +244,15 @@ class COCOEvaluator:
             evaluation.accumulate()
             evaluation.summarize()
         return evaluation
+
+    def _accumulated_precision(self, evaluation) -> AccumulatedPrecision:
+        category_ids = [int(c) for c in evaluation.params.catIds]
+        names = [str((self.label_map or {}).get(c, c)) for c in category_ids]
+        return AccumulatedPrecision(
+            precision=np.asarray(evaluation.eval["precision"], np.float64),
+            iou_thresholds=np.asarray(evaluation.params.iouThrs, np.float64),
+            recall_thresholds=np.asarray(evaluation.params.recThrs, np.float64),
+            category_ids=category_ids, names=names)
 
     def _per_class_ap(self, evaluation, groundtruth) -> Dict[str, float]:
         """AP over IoU 0.5:0.95, all areas, 100 detections, for each category."""

@@ -55,6 +55,7 @@ class CheckpointEvaluation:
       source: a data source (TFRecordSource, CocoSource, ...).
       annotation_file: COCO ground-truth JSON; None takes ground truth from the data.
       batch_size, max_images, backend, use_ema, progress: evaluation settings.
+      on_detections: evaluate_dataset's per-batch hook (e.g. EvaluationImages), or None.
 
     Raises:
       ValueError (one line, before any model is built) when some image of `source`
@@ -63,7 +64,7 @@ class CheckpointEvaluation:
 
     def __init__(self, config, source, annotation_file: Optional[str] = None,
                  batch_size: int = 8, max_images: Optional[int] = None, backend: str = "auto",
-                 use_ema: bool = True, progress: bool = True):
+                 use_ema: bool = True, progress: bool = True, on_detections=None):
         if annotation_file:
             check_source_ids_match(source, annotation_file)
         self.config = config
@@ -73,6 +74,7 @@ class CheckpointEvaluation:
         self.model = EfficientDetNet(config=config)
         self.detect_fns = make_detect_fns(self.model, config)
         self.max_images, self.use_ema, self.progress = max_images, use_ema, progress
+        self.on_detections = on_detections
 
     def run(self, checkpoint: str):
         """Returns (checkpoint prefix, metrics, EvaluationTiming)."""
@@ -81,7 +83,8 @@ class CheckpointEvaluation:
                      "EMA" if report.loaded_from_ema else "plain")
         metrics, timing = evaluate_dataset(self.model, self.pipeline(), self.config,
                                            self.evaluator, max_images=self.max_images,
-                                           progress=self.progress, detect_fns=self.detect_fns)
+                                           progress=self.progress, detect_fns=self.detect_fns,
+                                           on_detections=self.on_detections)
         health = self.pipeline.health.summary()
         if any(health.values()):
             logging.warning("Data problems: %s", health)

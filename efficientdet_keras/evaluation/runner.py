@@ -10,10 +10,10 @@ from typing import Callable, Dict, Optional
 
 import numpy as np
 import tensorflow as tf
-import tf_keras as keras
 
 from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
-from efficientdet_keras.postprocess import postprocess_detections
+from efficientdet_keras.postprocess import Detections, postprocess_detections
+from efficientdet_keras.progress import ProgressBar
 
 
 @dataclasses.dataclass
@@ -37,17 +37,21 @@ def make_detect_fns(model, config, nms_overrides: Optional[dict] = None):
 def evaluate_dataset(model, dataset: tf.data.Dataset, config, evaluator: COCOEvaluator,
                      max_images: Optional[int] = None, nms_overrides: Optional[dict] = None,
                      progress: bool = True, detect_fns=None,
-                     on_batch: Optional[Callable[[Dict, list, list], None]] = None):
+                     on_batch: Optional[Callable[[Dict, list, list], None]] = None,
+                     on_detections: Optional[Callable[[tf.Tensor, Dict, Detections], None]] = None):
     """Evaluates `model` on a dataset of (images, labels) batches from InputPipeline.
 
     Args:
       max_images: stop after this many images (all of them when None).
       nms_overrides: NMS settings that replace config.nms_configs keys.
-      progress: show a Keras progress bar.
+      progress: show a progress bar (images done, images/s).
       detect_fns: (forward, postprocess) from `make_detect_fns`, to reuse traced functions,
         or another pair with that interface (tflite_evaluation.tflite_detect_fns).
       on_batch: called as on_batch(labels, class_outputs, box_outputs) after each
         batch's forward pass, so e.g. losses come from the same pass (not timed).
+      on_detections: called as on_detections(images, labels, detections) after each
+        batch (not timed): the normalised images [B, H, W, 3], the pipeline's labels and
+        numpy Detections in original pixels (e.g. reports.eval_images.EvaluationImages).
 
     Returns:
       (metrics dict from evaluator.result(), EvaluationTiming). The evaluator is
@@ -56,7 +60,7 @@ def evaluate_dataset(model, dataset: tf.data.Dataset, config, evaluator: COCOEva
     forward, postprocess = detect_fns or make_detect_fns(model, config, nms_overrides)
     evaluator.reset()
     timing = EvaluationTiming()
-    bar = keras.utils.Progbar(max_images, unit_name="image") if progress else None
+    bar = ProgressBar(max_images, unit_name="image") if progress else None
     for images, labels in dataset:
         if max_images is not None and timing.images >= max_images:
             break
@@ -73,11 +77,15 @@ def evaluate_dataset(model, dataset: tf.data.Dataset, config, evaluator: COCOEva
         evaluator.add_batch(labels, detections)
         if on_batch is not None:
             on_batch(labels, class_outputs, box_outputs)
+        if on_detections is not None:
+            on_detections(images, labels, detections)
         timing.network += middle - start
         timing.postprocess += end - middle
         timing.images += int(images.shape[0])
         if bar is not None:
             bar.update(timing.images)
+    if bar is not None:
+        bar.finish()
     start = time.perf_counter()
     metrics = evaluator.result()
     timing.scoring = time.perf_counter() - start

@@ -67,13 +67,13 @@ class TFLiteEvaluation:
     Args:
       detector: the TFLiteDetector; its config (from the sidecar) sets the input size,
         anchors, classes and the normalisation that is undone.
-      source, annotation_file, batch_size, max_images, backend, progress: as
-        CheckpointEvaluation (batch_size only batches the input pipeline).
+      source, annotation_file, batch_size, max_images, backend, progress, on_detections:
+        as CheckpointEvaluation (batch_size only batches the input pipeline).
     """
 
     def __init__(self, detector: TFLiteDetector, source, annotation_file: Optional[str] = None,
                  batch_size: int = 8, max_images: Optional[int] = None, backend: str = "auto",
-                 progress: bool = True):
+                 progress: bool = True, on_detections=None):
         if annotation_file:
             check_source_ids_match(source, annotation_file)
         self.detector = detector
@@ -84,10 +84,12 @@ class TFLiteEvaluation:
         label_map = self.config.label_map if isinstance(self.config.label_map, dict) else None
         self.evaluator = COCOEvaluator(annotation_file, label_map=label_map, backend=backend)
         self.max_images, self.progress = max_images, progress
+        self.on_detections = on_detections
 
     def run(self, unused_checkpoint=None):
         """Returns (the .tflite path, metrics, EvaluationTiming), as CheckpointEvaluation.run."""
         metrics, timing = evaluate_dataset(None, self.pipeline(), self.config, self.evaluator,
                                            max_images=self.max_images, progress=self.progress,
-                                           detect_fns=tflite_detect_fns(self.detector))
+                                           detect_fns=tflite_detect_fns(self.detector),
+                                           on_detections=self.on_detections)
         return self.detector.path, metrics, timing

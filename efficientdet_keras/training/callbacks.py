@@ -5,12 +5,18 @@
   ModelCheckpoint, EarlyStopping, ReduceLROnPlateau and TensorBoard see them,
   plus val_ema_loss (and val_ema_cls_loss, ...): the validation loss of the EMA
   weights from the same forward pass (Keras' own val_loss uses the raw weights).
-  All evaluations go to model_dir/coco_metrics.json, which a resumed run extends.
+  All evaluations go to model_dir/coco_metrics.json, which a resumed run extends;
+  each one also logs the metrics table with per-class AP and draws the classes'
+  precision-recall curves into model_dir/pr_curves/epoch-<N>.png.
 - CheckpointCallback: a name-based checkpoint (raw and EMA weights, the
   released layout) at every epoch end, and the best-k archive by a metric
-  (val_AP, stored as "AP" in the archive it shares with the continuous evaluator).
-- DisplayCallback: the current detections drawn on a few validation images,
-  to TensorBoard and PNG files.
+  (val_AP, stored as "AP" in the archive it shares with the continuous evaluator),
+  with model_dir/best.* and last.* naming the best and the latest.
+- ResultsCallback (reports.results_csv): model_dir/results.csv, a row per epoch,
+  and its plots in model_dir/plots.
+- Evaluation images: at each COCO evaluation, COCOCallback draws ground truth and
+  the EMA weights' detections side by side for the first few validation images
+  (reports.eval_images), to model_dir/eval_images/epoch-<N>/*.png and TensorBoard.
 """
 
 import contextlib
@@ -24,17 +30,22 @@ import tensorflow as tf
 import tf_keras as keras
 from absl import logging
 
-from efficientdet_keras.archive import ARCHIVE_MONITOR, CheckpointArchive
+from efficientdet_keras.archive import ARCHIVE_MONITOR, CheckpointArchive, copy_checkpoint
 from efficientdet_keras.checkpoint import save_ckpt
 from efficientdet_keras.evaluation.coco_evaluator import METRIC_NAMES, COCOEvaluator
-from efficientdet_keras.evaluation.runner import evaluate_dataset, make_detect_fns
-from efficientdet_keras.fileio import write_bytes_atomically, write_error, write_json_atomically
+from efficientdet_keras.evaluation.runner import evaluate_dataset, format_metrics, make_detect_fns
+from efficientdet_keras.fileio import write_error, write_json_atomically
 from efficientdet_keras.optimization import is_pruning
-from efficientdet_keras.postprocess import postprocess_detections
+from efficientdet_keras.reports.eval_images import IMAGES_DIR, EvaluationImages
+from efficientdet_keras.reports.pr_curves import (PR_CURVES_DIR, plot_precision_recall,
+                                                  precision_recall_curves)
+from efficientdet_keras.reports.results_csv import ResultsCallback
 from efficientdet_keras.training.nan_guard import NaNGuard
 
 
 _VAL_PREFIX = "val_"
+# model_dir/<name>.index and .data-*: the best archived and the latest epoch's checkpoint.
+BEST_CHECKPOINT, LAST_CHECKPOINT = "best", "last"
 
 
 def validation_metrics(logs) -> Dict[str, float]:
@@ -82,7 +93,10 @@ class COCOCallback(keras.callbacks.Callback):
     also give the EMA weights' validation losses, logged as val_ema_loss,
     val_ema_det_loss, val_ema_cls_loss, val_ema_box_loss, val_ema_reg_l2_loss.
     `history` ({epoch: metrics}) starts from model_dir/coco_metrics.json, so a
-    resumed run keeps the epochs before the interruption.
+    resumed run keeps the epochs before the interruption. With `eval_images`, the
+    same evaluation draws its first images (ground truth | detections) into
+    model_dir/eval_images/epoch-<N>/<image id>.png and a TensorBoard image summary
+    in model_dir/eval_images (tag "eval_images", step N).
 
     Args:
       config: the model config (post-processing settings, label map).
@@ -92,11 +106,15 @@ class COCOCallback(keras.callbacks.Callback):
       map_freq: evaluate every this many epochs (default config.map_freq); the last
         epoch is always evaluated.
       max_images: evaluate at most this many images.
+      eval_images: how many validation images to draw at each evaluation (0: none;
+        needs model_dir).
+      image_score_threshold: the lowest score of a drawn detection.
     """
 
     def __init__(self, config, val_dataset, evaluator: Optional[COCOEvaluator] = None,
                  model_dir: Optional[str] = None, map_freq: Optional[int] = None,
-                 max_images: Optional[int] = None):
+                 max_images: Optional[int] = None, eval_images: int = 0,
+                 image_score_threshold: float = 0.3):
         super().__init__()
         self.config = config
         self.val_dataset = val_dataset
@@ -107,6 +125,8 @@ class COCOCallback(keras.callbacks.Callback):
         self.max_images = max_images
         self._detect_fns = None
         self.history: Dict[int, Dict[str, float]] = {}
+        self.images = (EvaluationImages(config, eval_images, image_score_threshold)
+                       if eval_images and model_dir else None)
 
     def _due(self, epoch: int) -> bool:
         last = self.params.get("epochs") if self.params else None
@@ -132,11 +152,13 @@ class COCOCallback(keras.callbacks.Callback):
             self._detect_fns = make_detect_fns(self.model, self.config)
         detection_loss = getattr(self.model, "detection_loss", None)
         losses = EvaluationLosses(detection_loss) if detection_loss is not None else None
+        if self.images is not None:
+            self.images.reset()
         with ema_weights(self.model):
             metrics, timing = evaluate_dataset(
                 self.model, self.val_dataset, self.config, self.evaluator,
-                max_images=self.max_images, progress=False, detect_fns=self._detect_fns,
-                on_batch=losses)
+                max_images=self.max_images, progress=True, detect_fns=self._detect_fns,
+                on_batch=losses, on_detections=self.images)
             if losses is not None:
                 reg_l2_loss = self.model.l2_loss(self.model.variables_to_train)
                 metrics.update({"ema_" + name: value
@@ -158,10 +180,31 @@ class COCOCallback(keras.callbacks.Callback):
         if self.metrics_path:
             write_json_atomically(self.metrics_path,
                                   {str(k): v for k, v in sorted(self.history.items())})
+        self._report(epoch + 1, metrics)
+        if self.images is not None:
+            images_dir = os.path.join(self.model_dir, IMAGES_DIR)
+            self.images.write(os.path.join(images_dir, "epoch-%d" % (epoch + 1)),
+                              summary_dir=images_dir, step=epoch + 1)
+
+    def _report(self, epoch: int, metrics: Dict[str, float]) -> None:
+        """Logs the metrics table (per-class AP too) and, with a model_dir, draws the
+        precision-recall curve of each class at IoU 0.5 into pr_curves/epoch-<epoch>.png."""
+        logging.info("COCO metrics after epoch %d (EMA weights):\n%s", epoch,
+                     format_metrics(metrics))
+        if self.model_dir and self.evaluator.last_precision is not None:
+            plot_precision_recall(precision_recall_curves(self.evaluator.last_precision),
+                                  os.path.join(self.model_dir, PR_CURVES_DIR,
+                                               "epoch-%d.png" % epoch), "epoch %d" % epoch)
 
 
 class CheckpointCallback(keras.callbacks.Callback):
     """Writes model_dir/ckpt-<epoch> (raw + EMA, released layout) and archives the best.
+
+    model_dir/last.{index,data-*} is the latest epoch's checkpoint and model_dir/best.* the
+    best archived one (from the first evaluated epoch on): hard links (copies where the
+    filesystem has none), so `--ckpt=<model_dir>/best` needs no epoch number. They are not
+    ckpt-<epoch> names: the rotation, the `checkpoint` state file and the continuous
+    evaluator leave them alone, and a link outlives the ckpt-<epoch> it was made from.
 
     Args:
       model_dir: the run directory.
@@ -189,9 +232,20 @@ class CheckpointCallback(keras.callbacks.Callback):
         ema = getattr(self.model, "ema", None)
         prefix = save_ckpt(self.model, os.path.join(self.model_dir, "ckpt-%d" % (epoch + 1)),
                            ema_values=ema.values_by_name() if ema is not None else None)
+        copy_checkpoint(prefix, os.path.join(self.model_dir, LAST_CHECKPOINT), hard_link=True)
         self._remove_old_checkpoints()
         if logs and self.monitor in logs:
             self.archive.consider(prefix, epoch + 1, validation_metrics(logs))
+            self._link_best()
+
+    def _link_best(self) -> None:
+        """Points model_dir/best at the archive's best checkpoint, unless it already does."""
+        best = self.archive.best()
+        target = os.path.join(self.model_dir, BEST_CHECKPOINT)
+        if best is None or (os.path.exists(target + ".index") and
+                            os.path.samefile(best["path"] + ".index", target + ".index")):
+            return
+        copy_checkpoint(best["path"], target, hard_link=True)
 
     def _remove_old_checkpoints(self) -> None:
         from efficientdet_keras.evaluation.continuous import list_checkpoints  # noqa: E402
@@ -345,74 +399,6 @@ def remove_interrupted_backup_writes(checkpoints_dir: str) -> None:
         logging.warning("Removed %s, left by an interrupted backup write", path)
 
 
-# One colour per class id (cycled); RGBA in 0..1 for tf.image.draw_bounding_boxes.
-_PALETTE = np.array([[1, 0.2, 0.2, 1], [0.2, 1, 0.2, 1], [0.3, 0.5, 1, 1], [1, 1, 0.2, 1],
-                     [1, 0.3, 1, 1], [0.2, 1, 1, 1], [1, 0.6, 0.2, 1], [1, 1, 1, 1]], np.float32)
-
-
-def draw_detections(images: np.ndarray, boxes: np.ndarray, scores: np.ndarray,
-                    classes: np.ndarray, score_threshold: float = 0.3) -> np.ndarray:
-    """Draws boxes (input pixels, [ymin, xmin, ymax, xmax]) above a score, coloured by class.
-
-    Args:
-      images: uint8 [B, H, W, 3].
-    Returns:
-      uint8 [B, H, W, 3].
-    """
-    height, width = images.shape[1:3]
-    out = []
-    for image, image_boxes, image_scores, image_classes in zip(images, boxes, scores, classes):
-        keep = image_scores >= score_threshold
-        drawn = tf.cast(image, tf.float32)[tf.newaxis] / 255.0
-        for class_id in np.unique(image_classes[keep]):
-            mask = keep & (image_classes == class_id)
-            normalised = image_boxes[mask] / np.array([height, width, height, width], np.float32)
-            colour = _PALETTE[(int(class_id) - 1) % len(_PALETTE)][np.newaxis]
-            drawn = tf.image.draw_bounding_boxes(drawn, normalised[np.newaxis], colour)
-        out.append(tf.cast(tf.clip_by_value(drawn[0] * 255.0, 0, 255), tf.uint8).numpy())
-    return np.stack(out)
-
-
-class DisplayCallback(keras.callbacks.Callback):
-    """Draws the current detections (EMA weights) on a few validation images.
-
-    Every `every` epochs, writes a TensorBoard image summary ("detections") under
-    model_dir/display and PNG files model_dir/display/epoch-<N>-<i>.png.
-    """
-
-    def __init__(self, config, val_dataset, model_dir: str, num_images: int = 4,
-                 every: int = 1, score_threshold: float = 0.3):
-        super().__init__()
-        self.config = config
-        self.display_dir = os.path.join(model_dir, "display")
-        self.every, self.score_threshold = every, score_threshold
-        images, labels = next(iter(val_dataset))
-        self.images = images[:num_images]
-        mean = np.array(config.mean_rgb, np.float32)
-        stddev = np.array(config.stddev_rgb, np.float32)
-        self.pixels = np.clip(tf.cast(self.images, tf.float32).numpy() * stddev + mean,
-                              0, 255).astype(np.uint8)
-        self._writer = None
-
-    def on_epoch_end(self, epoch, logs=None):
-        if (epoch + 1) % self.every:
-            return
-        with ema_weights(self.model):
-            class_outputs, box_outputs = self.model(self.images, training=False)
-        detections = postprocess_detections(self.config, class_outputs, box_outputs)
-        drawn = draw_detections(self.pixels, detections.boxes.numpy(), detections.scores.numpy(),
-                                detections.classes.numpy(), self.score_threshold)
-        os.makedirs(self.display_dir, exist_ok=True)
-        for i, image in enumerate(drawn):
-            path = os.path.join(self.display_dir, "epoch-%03d-%d.png" % (epoch + 1, i))
-            write_bytes_atomically(path, tf.io.encode_png(image).numpy())
-        if self._writer is None:
-            self._writer = tf.summary.create_file_writer(self.display_dir)
-        with self._writer.as_default(step=epoch + 1):
-            tf.summary.image("detections", drawn, max_outputs=len(drawn))
-        self._writer.flush()
-
-
 def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
                   eval_samples: Optional[int] = None, display_images: int = 4,
                   archive_keep: int = 3, profile_batch=0):
@@ -427,6 +413,9 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
     allows nan_recovery_attempts). With model_optimizations.prune, tfmot's pruning step
     update comes first (kernels and their averages masked before evaluation and checkpoints)
     and its PruningSummaries is the TensorBoard callback (sparsity in model_dir/metrics).
+    ResultsCallback writes model_dir/results.csv and plots/ after each epoch.
+    `display_images` validation images (0: none) are drawn, ground truth beside the
+    detections, at each COCO evaluation into model_dir/eval_images (COCOCallback).
     """
     callbacks = []
     if is_pruning(config):
@@ -437,10 +426,10 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
         tensorboard = keras.callbacks.TensorBoard(log_dir=model_dir, profile_batch=profile_batch)
     if val_dataset is not None:
         callbacks.append(COCOCallback(config, val_dataset, evaluator, model_dir,
-                                      max_images=eval_samples))
+                                      max_images=eval_samples, eval_images=display_images))
     callbacks.append(CheckpointCallback(model_dir, archive_keep=archive_keep))
-    if val_dataset is not None and display_images:
-        callbacks.append(DisplayCallback(config, val_dataset, model_dir, display_images))
+    # After the evaluation and checkpoint: the row holds val_AP and the epoch's whole time.
+    callbacks.append(ResultsCallback(model_dir))
     callbacks += [
         tensorboard,
         # Before BackupAndRestore: a NaN or inf step raises before anything is backed up.
@@ -451,5 +440,6 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
     return callbacks
 
 
-__all__ = ["BACKUP_DIR", "COCOCallback", "CheckpointCallback", "DisplayCallback", "METRIC_NAMES",
-           "StepBackup", "draw_detections", "get_callbacks", "latest_backup_step"]
+__all__ = ["BACKUP_DIR", "BEST_CHECKPOINT", "COCOCallback", "CheckpointCallback",
+           "LAST_CHECKPOINT", "METRIC_NAMES", "ResultsCallback", "StepBackup", "get_callbacks",
+           "latest_backup_step"]

@@ -1,0 +1,101 @@
+"""efficientdet-check-data: what a dataset holds, as the model will see it, and how the anchors fit.
+
+  efficientdet-check-data --file_pattern='tfrecord/train-*' --hparams=voc.yaml
+  efficientdet-check-data --json_file=val.json --image_dir=val2017 --model_name=efficientdet-d0
+  efficientdet-check-data --voc_root=VOCdevkit/VOC2012 --voc_split=train --hparams=voc.yaml
+
+Reads every record the way training does and prints: images, records training would skip
+(each named, with the reason), boxes per image, boxes and images per class, box sizes and
+aspect ratios in pixels at the model's input size, the share of boxes that no anchor matches
+at IoU >= 0.5 with the config's anchors, and anchor_scale / aspect_ratios from a small grid
+that leave fewer boxes unmatched (with the --hparams string to use). --output_png draws the
+box sizes against the anchor sizes (needs matplotlib, the `reports` extra); --output_json
+writes the numbers.
+"""
+
+import glob
+import os
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+from absl import flags  # noqa: E402
+
+from efficientdet_keras.cli.common import HPARAMS_HELP, run_app, run_or_exit  # noqa: E402
+
+TOOL = "efficientdet-check-data"
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("file_pattern", "", "TFRecord pattern(s) to check (comma-separated).")
+flags.DEFINE_string("json_file", "", "A COCO instances JSON to check (with --image_dir).")
+flags.DEFINE_string("image_dir", "", "The image folder of --json_file.")
+flags.DEFINE_string("voc_root", "", "A VOC year folder (Annotations/, ImageSets/, JPEGImages/).")
+flags.DEFINE_string("voc_split", "train", "--voc_root: the ImageSets/Main split.")
+flags.DEFINE_string("model_name", "efficientdet-d0", "Model whose input size and anchors to use.")
+flags.DEFINE_string("hparams", "", HPARAMS_HELP)
+flags.DEFINE_string("output_png", "box_sizes.png", "Where to write the box size chart "
+                    "('' for none).")
+flags.DEFINE_string("output_json", "", "Also write the numbers as JSON here.")
+flags.DEFINE_integer("max_records", 0, "Check at most this many records (0: all).", lower_bound=0)
+
+
+def check_flags() -> None:
+    """Raises ValueError or FileNotFoundError naming the flag, before TensorFlow works."""
+    given = [name for name in ("file_pattern", "json_file", "voc_root") if FLAGS[name].value]
+    if len(given) != 1:
+        raise ValueError("give exactly one of --file_pattern, --json_file (with --image_dir) "
+                         "or --voc_root%s" % (" (got --%s)" % ", --".join(given) if given else ""))
+    if FLAGS.json_file and not FLAGS.image_dir:
+        raise ValueError("--json_file needs --image_dir")
+    for name in ("json_file", "image_dir", "voc_root"):
+        value = FLAGS[name].value
+        if value and not os.path.exists(value):
+            raise FileNotFoundError("--%s %s does not exist" % (name, value))
+    for pattern in filter(None, FLAGS.file_pattern.split(",")):
+        if not glob.glob(pattern.strip()):
+            raise FileNotFoundError("--file_pattern %r matches no file" % pattern)
+
+
+def make_source_and_label_map(config):
+    """The data source of the flags and the class names to show ({id: name} or None)."""
+    from efficientdet_keras.data.pipeline import RecordsSource, make_source
+    label_map = dict(config.label_map) if isinstance(config.label_map, dict) else None
+    if FLAGS.voc_root:
+        from efficientdet_keras.data.voc import VOC_LABEL_MAP, load_voc_records
+        label_map = label_map or VOC_LABEL_MAP
+        return RecordsSource(load_voc_records(FLAGS.voc_root, FLAGS.voc_split, label_map)), \
+            label_map
+    if FLAGS.json_file:
+        from efficientdet_keras.data.records import coco_categories
+        label_map = label_map or coco_categories(FLAGS.json_file)
+    return make_source(FLAGS.file_pattern, FLAGS.json_file, FLAGS.image_dir), label_map
+
+
+def check_data() -> None:
+    check_flags()
+    from efficientdet_keras import get_efficientdet_config
+    from efficientdet_keras.data.check import (format_report, plot_box_sizes, scan_dataset,
+                                               summarize)
+    from efficientdet_keras.fileio import write_json_atomically
+    config = get_efficientdet_config(FLAGS.model_name).override(FLAGS.hparams)
+    source, label_map = make_source_and_label_map(config)
+    scan = scan_dataset(source, config, max_records=FLAGS.max_records)
+    summary = summarize(scan, config, label_map)
+    print(format_report(summary))
+    if FLAGS.output_png and plot_box_sizes(scan, config, FLAGS.output_png):
+        print("Box size chart: %s" % FLAGS.output_png)
+    if FLAGS.output_json:
+        write_json_atomically(FLAGS.output_json, summary)
+        print("Numbers: %s" % FLAGS.output_json)
+
+
+def main(argv):
+    del argv
+    run_or_exit(TOOL, check_data)
+
+
+def run():
+    run_app(main, __name__)
+
+
+if __name__ == "__main__":
+    run()

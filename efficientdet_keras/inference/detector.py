@@ -1,0 +1,186 @@
+"""The Python detector: any trained or exported model in, detections in original pixels out.
+
+    detector = Detector("runs/demo")                 # a training directory (latest checkpoint)
+    detector = Detector("exported/demo")             # a detection SavedModel
+    detector = Detector("exported/demo.tflite")      # a .tflite file (its .tflite.json beside it)
+    detector = Detector("efficientdet-d0/", model_name="efficientdet-d0")  # a checkpoint
+
+    found = detector.detect("photo.jpg", score_threshold=0.4)   # Detections
+    found.boxes, found.scores, found.class_ids, found.class_names
+    picture = detector.draw("photo.jpg", found)                 # uint8 [H, W, 3]
+    detector.benchmark(batch_size=8)
+"""
+
+import os
+import time
+from typing import Optional
+
+import numpy as np
+
+from efficientdet_keras.drawing import draw_boxes
+from efficientdet_keras.inference import loading
+from efficientdet_keras.inference.images import image_list, load_image
+from efficientdet_keras.inference.results import BenchmarkResult, Detections, Latency
+
+
+class Detector:
+    """Detects objects with a model directory, a checkpoint, a SavedModel or a .tflite file.
+
+    Args:
+      path: what to load; its kind is recognised (`loading.source_kind`):
+        - a training directory (config.yaml and ckpt-*): its latest checkpoint;
+        - a checkpoint: a prefix, its .index, a folder of checkpoints (the latest) or an
+          archive folder (the best); the config is model_name's, else the config.yaml of
+          its run;
+        - a detection SavedModel from efficientdet-export (label_map.json names classes);
+        - a .tflite file from efficientdet-export --format=tflite (sidecar beside it).
+      model_name: the model of a checkpoint without config.yaml (e.g. "efficientdet-d0").
+      hparams: config overrides ("k=v,..." or a dict) for a directory or checkpoint (NMS
+        settings, classes, label_map) and for decoding a raw .tflite.
+      num_threads: .tflite interpreter threads (None: the runtime's default).
+
+    Checkpoints load their EMA weights where they have them, and run the SavedModel's own
+    pre-processing, network and NMS graph in-process, so a checkpoint and its export give
+    the same detections.
+    """
+
+    def __init__(self, path, model_name: Optional[str] = None, hparams="",
+                 num_threads: Optional[int] = None):
+        path = os.fspath(path)
+        kind = loading.source_kind(path)
+        if kind == loading.TFLITE:
+            self._backend = _tflite_backend(path, num_threads, hparams)
+        elif kind == loading.SAVED_MODEL:
+            if hparams:
+                raise ValueError("hparams cannot change %s: an exported SavedModel keeps the "
+                                 "config it was exported with" % path)
+            from efficientdet_keras.inference.backends import saved_model_backend
+            self._backend = saved_model_backend(path)
+        elif kind == loading.MODEL_DIR:
+            config = loading.load_run_config(path, model_name or "", hparams)
+            self._backend = _keras_backend(config, path, path)
+        else:
+            config = loading.checkpoint_config(path, model_name, hparams)
+            self._backend = _keras_backend(config, path, path)
+        self.kind = kind
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: str, config) -> "Detector":
+        """A checkpoint (prefix, folder or archive folder) read with a given Config."""
+        return cls._with_backend(_keras_backend(config, ckpt, ckpt), loading.CHECKPOINT)
+
+    @classmethod
+    def from_model(cls, model, config=None) -> "Detector":
+        """An EfficientDetNet in memory, with its current weights (config: model.config)."""
+        from efficientdet_keras.inference.backends import KerasBackend
+        config = config if config is not None else model.config
+        return cls._with_backend(KerasBackend(model, config, config.name), "model")
+
+    @classmethod
+    def _with_backend(cls, backend, kind: str) -> "Detector":
+        detector = cls.__new__(cls)
+        detector._backend, detector.kind = backend, kind
+        return detector
+
+    @property
+    def label_map(self):
+        """{class id: name}; empty when the model names no classes."""
+        return self._backend.label_map
+
+    @property
+    def config(self):
+        """The Config of a checkpoint or .tflite; None for a SavedModel."""
+        return getattr(self._backend, "config", None)
+
+    def detect(self, images, score_threshold: float = 0.0,
+               max_detections: Optional[int] = None, only_network: bool = False):
+        """Detects objects in one image or a list of images of any sizes.
+
+        Args:
+          images: one image or a list (or a uint8 array [B, H, W, 3]); each a uint8 array
+            [H, W, 3] (grayscale and RGBA are converted), a PIL image or a file path.
+          score_threshold: drop detections scoring lower (the model's NMS score_thresh
+            applies first).
+          max_detections: keep at most this many per image (None: all the model returns).
+          only_network: return the network's raw outputs (`RawOutputs`: class logits and
+            box codes) instead of detections; for checkpoints and raw .tflite files only.
+
+        Returns:
+          `Detections` (boxes [n, 4] ymin, xmin, ymax, xmax in original pixels, scores,
+          class_ids 1..C, class_names) or `RawOutputs` for one image; a list for a list.
+
+        Raises:
+          FileNotFoundError / ValueError naming a missing or undecodable image file.
+        """
+        arrays, single = image_list(images)
+        if only_network:
+            found = self._backend.raw_outputs(arrays) if arrays else []
+        else:
+            found = [Detections.from_arrays(boxes, scores, classes, image.shape[:2],
+                                            self.label_map).top(score_threshold, max_detections)
+                     for image, (boxes, scores, classes)
+                     in zip(arrays, self._backend.detect(arrays) if arrays else [])]
+        return found[0] if single else found
+
+    def draw(self, image, detections: Detections, score_threshold: float = 0.0) -> np.ndarray:
+        """`image` (as `detect` takes it) with the detections' boxes, names and scores drawn.
+
+        Returns:
+          uint8 [H, W, 3], a new array.
+        """
+        names = dict(zip(detections.class_ids.tolist(), detections.class_names.tolist()))
+        return draw_boxes(load_image(image), detections.boxes, detections.class_ids,
+                          detections.scores, label_map=names, score_threshold=score_threshold)
+
+    def benchmark(self, image=None, batch_size: int = 1, runs: int = 10, warmup: int = 3,
+                  verbose: bool = True) -> BenchmarkResult:
+        """Latency as the older inference driver measured it: `warmup` untimed runs, then
+        `runs` timed runs of one batch, for the network alone and end to end.
+
+        Args:
+          image: the image repeated batch_size times (anything `detect` takes); default a
+            random 640x480 image.
+          verbose: print the figures.
+
+        Returns:
+          A BenchmarkResult: median and p90 milliseconds per batch and images/s.
+        """
+        if image is None:
+            image = np.random.default_rng(0).integers(0, 256, [480, 640, 3], dtype=np.uint8)
+        batch = [load_image(image)] * batch_size
+        network_fn = self._backend.network_fn(batch)
+        network = (None if network_fn is None
+                   else Latency.from_seconds(_timed_runs(network_fn, runs, warmup), batch_size))
+        end_to_end = Latency.from_seconds(
+            _timed_runs(lambda: self.detect(batch), runs, warmup), batch_size)
+        result = BenchmarkResult(source=self._backend.description, batch_size=batch_size,
+                                 image_size=tuple(batch[0].shape[:2]), runs=runs, warmup=warmup,
+                                 network=network, end_to_end=end_to_end)
+        if verbose:
+            print(result)
+        return result
+
+
+def _timed_runs(fn, runs: int, warmup: int):
+    """Seconds of each of `runs` calls of fn, after `warmup` untimed calls."""
+    if runs < 1:
+        raise ValueError("benchmark runs must be at least 1, got %d" % runs)
+    for _ in range(warmup):
+        fn()
+    seconds = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def _keras_backend(config, ckpt: str, description: str):
+    from efficientdet_keras.inference.backends import KerasBackend
+    model = loading.restore_model(config, ckpt, use_ema=None)
+    return KerasBackend(model, config, description)
+
+
+def _tflite_backend(path: str, num_threads: Optional[int], hparams):
+    from efficientdet_keras.inference.backends import TFLiteBackend
+    return TFLiteBackend(path, num_threads=num_threads, config_overrides=hparams or None)

@@ -1,0 +1,104 @@
+"""Finding the config and weights of a model: a training directory, a checkpoint, or an export.
+
+Nothing here imports TensorFlow at module level (the command-line tools import this module
+to answer --help at once).
+"""
+
+import os
+from typing import Optional
+
+CONFIG_FILE = "config.yaml"
+SAVED_MODEL_FILE = "saved_model.pb"
+TFLITE_SUFFIX = ".tflite"
+
+# What a Detector can load from, as `source_kind` names it.
+MODEL_DIR, CHECKPOINT, SAVED_MODEL, TFLITE = "model_dir", "checkpoint", "saved_model", "tflite"
+
+
+def load_run_config(model_dir: str, model_name: str, hparams: str):
+    """The config of a run: <model_dir>/config.yaml when the trainer wrote one, else the
+    family default of model_name; hparams (a "k=v,..." string, YAML file or dict) overrides
+    either."""
+    from efficientdet_keras.config import Config, get_efficientdet_config
+    config_path = os.path.join(model_dir, CONFIG_FILE) if model_dir else ""
+    config = (Config.from_yaml(config_path) if config_path and os.path.exists(config_path)
+              else get_efficientdet_config(model_name))
+    return config.override(hparams)
+
+
+def load_model_and_config(model_dir: str, ckpt: str, model_name: str, hparams: str,
+                          use_ema: Optional[bool] = True):
+    """The config (model_dir/config.yaml or model_name, plus hparams) and its model, restored
+    from `ckpt` (or the latest checkpoint in model_dir) with EMA values where present.
+
+    use_ema: as restore_ckpt's (True warns when the checkpoint has no EMA values, None
+    takes them silently where present).
+    """
+    config = load_run_config(model_dir, model_name, hparams)
+    return restore_model(config, ckpt or model_dir, use_ema=use_ema), config
+
+
+def restore_model(config, ckpt: str, use_ema: Optional[bool] = None):
+    """An EfficientDetNet of `config` with every variable restored from `ckpt` (a prefix, a
+    directory or an archive directory; EMA values where the checkpoint has them)."""
+    from efficientdet_keras.checkpoint import restore_ckpt
+    from efficientdet_keras.model import EfficientDetNet
+    model = EfficientDetNet(config=config)
+    restore_ckpt(model, ckpt, use_ema=use_ema, skip_mismatch=False)
+    return model
+
+
+def source_kind(path: str) -> str:
+    """Which kind of model `path` holds: MODEL_DIR, CHECKPOINT, SAVED_MODEL or TFLITE.
+
+    Raises:
+      FileNotFoundError / ValueError, one line naming the path, when it is none of these.
+    """
+    if os.path.isfile(path) and path.endswith(TFLITE_SUFFIX):
+        return TFLITE
+    if os.path.isdir(path) and os.path.exists(os.path.join(path, SAVED_MODEL_FILE)):
+        return SAVED_MODEL
+    if os.path.isdir(path) and os.path.exists(os.path.join(path, CONFIG_FILE)):
+        return MODEL_DIR
+    from efficientdet_keras.checkpoint import resolve_checkpoint_path
+    prefix = path[:-len(".index")] if path.endswith(".index") else path
+    if not (os.path.exists(path) or os.path.exists(prefix + ".index")):
+        raise FileNotFoundError("%s: no such file or directory" % path)
+    try:
+        resolve_checkpoint_path(path)
+    except FileNotFoundError:
+        raise ValueError("%s is not a model: expected a training directory (config.yaml and "
+                         "ckpt-*), a checkpoint, a detection SavedModel (saved_model.pb) or a "
+                         ".tflite file" % path) from None
+    return CHECKPOINT
+
+
+def config_beside_checkpoint(ckpt: str) -> str:
+    """The config.yaml of the run a checkpoint belongs to ("" when there is none): in the
+    checkpoint's folder, or above an archive folder (<model_dir>/archive)."""
+    from efficientdet_keras.archive import ARCHIVE_JSON
+    folder = ckpt if os.path.isdir(ckpt) else os.path.dirname(ckpt)
+    candidates = [folder]
+    if os.path.exists(os.path.join(folder, ARCHIVE_JSON)):
+        candidates.append(os.path.dirname(os.path.abspath(folder)))
+    for candidate in candidates:
+        if os.path.exists(os.path.join(candidate, CONFIG_FILE)):
+            return os.path.join(candidate, CONFIG_FILE)
+    return ""
+
+
+def checkpoint_config(ckpt: str, model_name: Optional[str], hparams):
+    """The config a checkpoint is read with: model_name's family default when given, else the
+    config.yaml of its run; hparams overrides either.
+
+    Raises:
+      ValueError naming the checkpoint when there is neither.
+    """
+    from efficientdet_keras.config import Config, get_efficientdet_config
+    if model_name:
+        return get_efficientdet_config(model_name).override(hparams)
+    found = config_beside_checkpoint(ckpt)
+    if not found:
+        raise ValueError("%s is a checkpoint without config.yaml beside it: give model_name "
+                         "(e.g. model_name=\"efficientdet-d0\") and hparams" % ckpt)
+    return Config.from_yaml(found).override(hparams)
