@@ -34,3 +34,4 @@ bench: $(STAMP)
 	$(BIN)/python tools/bench.py --what=train --image_size=256 --batch_size=4
 	$(BIN)/python tools/bench.py --what=serve --image_size=512
 	$(BIN)/python tools/bench.py --what=tflite --model_dir=runs/demo
+	$(BIN)/python tools/bench.py --what=short_runs

@@ -9,7 +9,7 @@ a YAML file path, and rejects keys that do not exist.
 import copy
 import difflib
 import os
-from typing import Any, Dict, Iterator, Mapping, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Tuple, Union
 
 import yaml
 
@@ -118,7 +118,9 @@ class Config:
         Args:
           overrides: a dict (nested dicts update nested configs), a string of
             "key=value" pairs separated by commas (nested keys with dots, lists
-            written `a*b*c`), or the path of a YAML file. None or "" does nothing.
+            written `a*b*c`), the path of a YAML file, or both ("short_run.yaml,
+            image_size=128": files and pairs applied left to right). None or ""
+            does nothing.
           allow_new_keys: add keys that do not exist instead of raising.
 
         Raises:
@@ -130,6 +132,11 @@ class Config:
         if overrides is None or (isinstance(overrides, str) and not overrides.strip()):
             return self
         if isinstance(overrides, str):
+            parts = _override_string_parts(overrides)
+            if len(parts) > 1:  # "preset.yaml,k=v": the file first, then the pairs.
+                for part in parts:
+                    self.override(part, allow_new_keys)
+                return self
             overrides = _read_yaml(overrides) if _looks_like_yaml_path(overrides) \
                 else parse_override_string(overrides)
         if not isinstance(overrides, Mapping):
@@ -227,6 +234,21 @@ def _unknown_key_message(key: str, known, prefix: str = "") -> str:
 
 def _looks_like_yaml_path(text: str) -> bool:
     return text.endswith((".yaml", ".yml")) and "=" not in text
+
+
+def _override_string_parts(text: str) -> List[str]:
+    """Splits "a.yaml,k=v,k2=v2,b.yaml" into ["a.yaml", "k=v,k2=v2", "b.yaml"]; a string
+    without a YAML path among its comma-separated items is one part."""
+    items = [item.strip() for item in text.split(",")]
+    if len(items) == 1 or not any(_looks_like_yaml_path(item) for item in items):
+        return [text]
+    parts: List[str] = []
+    for item in items:
+        if _looks_like_yaml_path(item) or not parts or _looks_like_yaml_path(parts[-1]):
+            parts.append(item)
+        else:
+            parts[-1] += "," + item
+    return parts
 
 
 # The YAML files shipped with the package (the checkout's top-level hparams/ links here).
@@ -415,6 +437,7 @@ _VALUE_RULES = {
         "nms_configs.iou_thresh", "nms_configs.score_thresh")},
     "nan_recovery_attempts": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
     "backup_steps": (lambda v: _is_int(v) and v >= 0, "a non-negative integer (0: epoch ends)"),
+    "batch_norm_renorm": (lambda v: isinstance(v, bool), "true or false"),
     "nan_recovery_lr_factor": (lambda v: _is_number(v) and 0 < v < 1, "a number in (0, 1)"),
 }
 
@@ -480,6 +503,10 @@ def default_config() -> Config:
         backbone_survival_prob=None,
         batch_norm_momentum=0.99,
         batch_norm_epsilon=1e-3,
+        # Batch Renormalization (model/layers.py): for short runs on small images, where a
+        # batch gives the coarse levels too few values for training and inference to agree.
+        # Adds renorm variables, so released checkpoints need it off (the COCO recipe's).
+        batch_norm_renorm=False,
         is_training_bn=True,
         # Input pipeline and augmentation.
         mean_rgb=[0.485 * 255, 0.456 * 255, 0.406 * 255],

@@ -255,3 +255,14 @@ def test_model_optimizations_are_checked_at_the_door():
         validate_config(config.copy().override({"model_optimizations": {"distill": {}}}))
     with pytest.raises(ValueError, match="not to a TF-Hub module"):
         validate_config(config.copy().override({"hub_module_url": "exported/demo-hub"}))
+
+
+def test_a_yaml_file_and_pairs_in_one_override_string_apply_left_to_right(tmp_path):
+    first = tmp_path / "first.yaml"
+    first.write_text("num_classes: 3\nlearning_rate: 0.5\n")
+    config = get_efficientdet_config("efficientdet-d0").override(
+        "%s,learning_rate=0.25,image_size=96x64,short_run.yaml" % first)
+    assert config.num_classes == 3 and config.learning_rate == 0.02  # The preset came last.
+    assert list(config.image_size) == [64, 96] and config.batch_norm_renorm is True
+    with pytest.raises(ValueError, match="nmu_classes"):
+        get_efficientdet_config("efficientdet-d0").override("short_run.yaml,nmu_classes=3")

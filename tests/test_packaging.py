@@ -15,7 +15,7 @@ from conftest import HPARAMS_DIR, REPO_ROOT
 from efficientdet_keras.config import PACKAGED_HPARAMS_DIR, get_efficientdet_config
 from test_cli import assert_quiet_start, console_scripts
 
-PACKAGED_FILES = ("demo.yaml", "voc.yaml")
+PACKAGED_FILES = ("demo.yaml", "short_run.yaml", "voc.yaml")
 # What a wheel build must not see: environments, build outputs, run outputs.
 NOT_SOURCES = shutil.ignore_patterns(".venv", ".git", "build", "dist", "*.egg-info", "runs",
                                      "tmp", "__pycache__", ".pytest_cache")
@@ -68,7 +68,7 @@ def test_bare_name_means_the_packaged_file_unless_the_working_directory_has_one(
 
     # A path with a folder is taken as written; a missing name lists what is shipped.
     with pytest.raises(ValueError, match=r"elsewhere/demo\.yaml \(packaged files, usable by "
-                                         r"name: demo\.yaml, voc\.yaml\)"):
+                                         r"name: demo\.yaml, short_run\.yaml, voc\.yaml\)"):
         get_efficientdet_config("efficientdet-d0").override("elsewhere/demo.yaml")
     with pytest.raises(ValueError, match=r"Config YAML file not found: coco\.yaml"):
         get_efficientdet_config("efficientdet-d0").override("coco.yaml")

@@ -35,6 +35,9 @@ EXEMPT = {
     "efficientdet-export --model_dir=runs/demo --format=tflite --export_dir=exported/demo-int8":
         "an int8 conversion with calibration (over a minute here); "
         "test_tflite_export runs the same flags on a small model",
+    "efficientdet-train --mode=traineval --model_dir=runs/small":
+        "60 epochs; test_short_runs trains with short_run.yaml and test_config applies a "
+        "'file.yaml,k=v' --hparams string",
     "efficientdet-export --model_dir=runs/demo-pruned":
         "needs the pruned demo; test_pruning exports a pruned model and measures its sparsity",
 }

@@ -10,7 +10,9 @@ import tensorflow as tf
 from efficientdet_keras.data.records import list_files, load_coco_records, parse_tf_example
 from efficientdet_keras.data.synthetic import (MAX_OBJECTS, SYNTHETIC_LABEL_MAP, draw_example,
                                                generate_examples, make_background, paint_shape,
-                                               write_synthetic_dataset)
+                                               shape_mask, write_synthetic_dataset)
+from efficientdet_keras.data.synthetic_glyphs import (GLYPHS, GLYPHS_LABEL_MAP, glyph_mask,
+                                                      striped_fill)
 
 
 def boxes_intersect(a, b):
@@ -216,3 +218,53 @@ def test_same_seed_writes_identical_files_and_incomplete_output_is_rewritten(tmp
     with open(missing, "rb") as fa, open(os.path.join(second.train_images, "000002.jpg"),
                                          "rb") as fb:
         assert fa.read() == fb.read()
+
+
+# --- The second dataset: striped glyphs (the short-run benchmark's) ---------------
+
+@pytest.mark.parametrize("class_id", sorted(GLYPHS_LABEL_MAP))
+def test_glyph_box_is_tight_and_glyphs_differ_from_each_other_and_from_the_shapes(class_id):
+    for size in range(6, 60, 5):
+        image = np.zeros([80, 80, 3], np.uint8)
+        box = paint_shape(image, class_id, 5, 9, size, (200, 100, 50), glyph_mask)
+        assert pixel_extent(image.any(axis=-1)) == box.tolist() == [5, 9, 5 + size, 9 + size]
+    glyph = glyph_mask(class_id, 40)
+    for other in sorted(GLYPHS_LABEL_MAP):
+        if other != class_id:
+            assert (glyph != glyph_mask(other, 40)).mean() > 0.15
+    for shape_class in sorted(SYNTHETIC_LABEL_MAP):  # Not the demo's shapes under new names.
+        assert (glyph != shape_mask(shape_class, 40)).mean() > 0.15
+
+
+def test_glyphs_are_striped_in_two_colours_on_noisier_backgrounds():
+    rng = np.random.default_rng(3)
+    image, boxes, classes = draw_example(rng, 128, 128, GLYPHS)
+    assert set(classes.tolist()) <= set(GLYPHS_LABEL_MAP) and 1 <= len(boxes) <= MAX_OBJECTS
+    fill = striped_fill(np.random.default_rng(0), np.zeros([10, 3], np.float32), 30)
+    assert len(np.unique(fill.reshape(-1, 3), axis=0)) == 2
+    # Pixel noise: neighbouring background pixels differ more than in the demo's images.
+    demo, _, _ = draw_example(np.random.default_rng(3), 128, 128)
+    roughness = [np.abs(np.diff(im.astype(float), axis=1)).mean() for im in (demo, image)]
+    assert roughness[1] > 2 * roughness[0]
+
+
+def test_glyph_dataset_names_its_classes_and_keeps_its_own_manifest(tmp_path):
+    glyphs = write_synthetic_dataset(str(tmp_path / "glyphs"), num_train=3, num_val=2,
+                                     image_size=64, tfrecord=False, style=GLYPHS)
+    shapes = write_synthetic_dataset(str(tmp_path / "shapes"), num_train=3, num_val=2,
+                                     image_size=64, tfrecord=False)
+    assert glyphs.label_map == GLYPHS_LABEL_MAP
+    with open(glyphs.train_json) as f:
+        assert sorted(c["name"] for c in json.load(f)["categories"]) == sorted(
+            GLYPHS_LABEL_MAP.values())
+    with open(os.path.join(glyphs.root, "manifest.json")) as f:
+        assert json.load(f)["style"] == "glyphs"
+    with open(os.path.join(shapes.root, "manifest.json")) as f:
+        assert "style" not in json.load(f)  # Demo datasets written before stay valid.
+    # The same folder asked for the other style is regenerated, not reused.
+    again = write_synthetic_dataset(str(tmp_path / "glyphs"), num_train=3, num_val=2,
+                                    image_size=64, tfrecord=False)
+    assert again.label_map == SYNTHETIC_LABEL_MAP
+    with open(again.train_json) as f:
+        assert sorted(c["name"] for c in json.load(f)["categories"]) == sorted(
+            SYNTHETIC_LABEL_MAP.values())

@@ -14,6 +14,9 @@ Benchmarks:
                as Keras fp32, TFLite float32 (detections and raw outputs), float16 and int8
                and a SavedModel: AP and AP50 on its validation data, batch-1 latency
                (XNNPACK, --tflite_threads; network only for raw) and size.
+  short_runs   D0 from scratch on the demo's shapes (256 px) and on a second synthetic dataset
+               (striped glyphs, 128 px, 512 steps): AP, AP50, training and inference-mode
+               validation loss by epoch (cli/short_runs.py).
   kills        a small demo training run killed with SIGKILL at --kills random moments (seeded
                by --kill_seed) and restarted each time: steps lost per kill, and whether the
                run still ends with the step count of an unkilled one.
@@ -32,7 +35,8 @@ from efficientdet_keras.cli.common import HPARAMS_HELP, run_app  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("what", "postprocess",
-                  ["postprocess", "pipeline", "eval", "train", "serve", "kills", "tflite"],
+                  ["postprocess", "pipeline", "eval", "train", "serve", "kills", "tflite",
+                   "short_runs"],
                   "Which benchmark to run.")
 flags.DEFINE_integer("eval_images", 500, "eval: how many synthetic images to evaluate.")
 flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDet family.")
@@ -48,6 +52,7 @@ flags.DEFINE_float("kill_window", 30.0, "kills: each kill comes at a uniform ran
 flags.DEFINE_string("model_dir", os.path.join("runs", "demo"),
                     "tflite: a trained demo run (config.yaml, checkpoints, synthetic/).")
 flags.DEFINE_integer("tflite_threads", 2, "tflite: interpreter threads.")
+flags.DEFINE_list("short_runs", ["glyphs", "demo"], "short_runs: which runs (glyphs, demo).")
 flags.DEFINE_string("data_dir", "/tmp/efficientdet_bench_data",
                     "pipeline: where the synthetic benchmark data is written (and reused).")
 
@@ -427,6 +432,13 @@ def bench_kills(config) -> None:
           % (total_steps, sum(checked_runs), len(checked_runs)))
 
 
+def bench_short_runs(config) -> None:
+    """D0 from scratch on the demo and the glyphs datasets; --hparams applies to both."""
+    del config  # Each run has its own preset; --hparams is applied on top.
+    from efficientdet_keras.cli.short_runs import bench_short_runs as run_all
+    run_all(FLAGS.short_runs, os.path.join(FLAGS.data_dir, "short_runs"), FLAGS.hparams or None)
+
+
 def main(argv):
     del argv
     from efficientdet_keras import get_efficientdet_config
@@ -439,7 +451,7 @@ def main(argv):
         sys.exit("efficientdet-bench: %s" % e)
     {"postprocess": bench_postprocess, "pipeline": bench_pipeline, "eval": bench_eval,
      "train": bench_train, "serve": bench_serve, "kills": bench_kills,
-     "tflite": bench_tflite}[FLAGS.what](config)
+     "tflite": bench_tflite, "short_runs": bench_short_runs}[FLAGS.what](config)
 
 
 def run():

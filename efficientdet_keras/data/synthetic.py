@@ -1,5 +1,7 @@
 """A built-in synthetic detection dataset: coloured shapes on textured backgrounds.
 
+(`ShapeStyle` lets another dataset reuse the drawing and writing: data/synthetic_glyphs.py.)
+
 Four classes (circle, square, triangle, cross) are drawn with pure numpy onto a
 smooth colour gradient with faint texture, noise, lines and blobs. Colours are
 drawn independently of the class, so a detector has to learn shape. Everything
@@ -15,7 +17,7 @@ import dataclasses
 import json
 import os
 import shutil
-from typing import Dict, Iterator, List, Optional, Tuple, Union
+from typing import Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
@@ -65,16 +67,19 @@ def shape_mask(class_id: int, size: int) -> np.ndarray:
 
 
 def paint_shape(image: np.ndarray, class_id: int, top: int, left: int, size: int,
-                color) -> np.ndarray:
+                color, mask_fn: Callable[[int, int], np.ndarray] = shape_mask) -> np.ndarray:
     """Paints a shape onto `image` [H, W, 3] in place; returns its tight box.
 
-    The shape's window must lie inside the image.
+    The shape's window must lie inside the image. `color` is one colour [3] or one per
+    pixel of the window [size, size, 3]; `mask_fn(class_id, size)` gives the shape.
 
     Returns:
       float32 [4], [ymin, xmin, ymax, xmax] in pixels around the painted pixels.
     """
-    mask = shape_mask(class_id, size)
-    image[top:top + size, left:left + size][mask] = color
+    mask = mask_fn(class_id, size)
+    color = np.asarray(color, np.float32)
+    window = image[top:top + size, left:left + size]
+    window[mask] = color[mask] if color.ndim == 3 else color
     rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
     return np.array([top + rows[0], left + cols[0], top + rows[-1] + 1, left + cols[-1] + 1],
                     np.float32)
@@ -162,28 +167,56 @@ def _contrasting_color(rng: np.random.Generator, under: np.ndarray, tries: int =
     return best
 
 
-def draw_example(rng: np.random.Generator, height: int,
-                 width: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Draws one image with 1 to MAX_OBJECTS shapes.
+def solid_fill(rng: np.random.Generator, under: np.ndarray, size: int) -> np.ndarray:
+    """One colour for a whole shape, contrasting with the pixels `under` it: float32 [3]."""
+    del size
+    return _contrasting_color(rng, under)
 
-    The background is `make_background(rng, height, width)`, drawn first from
-    `rng` (so a copy of the generator reproduces it). Later objects may cover up
-    to MAX_OVERLAP of an earlier one; boxes are the full shape's tight box.
+
+@dataclasses.dataclass(frozen=True)
+class ShapeStyle:
+    """What a synthetic dataset draws: its classes, their masks and how they are filled.
+
+    mask(class_id, size) -> bool [size, size], touching all four sides of the window;
+    fill(rng, under [K, 3], size) -> float32 [3] or [size, size, 3] colours;
+    background(rng, height, width) -> float32 [H, W, 3] in 0..255, drawn first;
+    finish(rng, image float32 [H, W, 3]) -> the final image (0..255) once the objects
+    are painted (lighting, noise).
+    """
+    label_map: Dict[int, str]
+    mask: Callable[[int, int], np.ndarray]
+    fill: Callable[[np.random.Generator, np.ndarray, int], np.ndarray] = solid_fill
+    background: Callable[[np.random.Generator, int, int], np.ndarray] = make_background
+    finish: Optional[Callable[[np.random.Generator, np.ndarray], np.ndarray]] = None
+    name: str = "shapes"  # Recorded in manifest.json: another style is another dataset.
+
+
+SHAPES = ShapeStyle(SYNTHETIC_LABEL_MAP, shape_mask)
+
+
+def draw_example(rng: np.random.Generator, height: int, width: int,
+                 style: ShapeStyle = SHAPES) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Draws one image with 1 to MAX_OBJECTS shapes of `style`.
+
+    The background is `style.background(rng, height, width)` (make_background for
+    SHAPES), drawn first from `rng` (so a copy of the generator reproduces it). Later
+    objects may cover up to MAX_OVERLAP of an earlier one; boxes are the full shape's
+    tight box. `style.finish`, when set, then changes the whole image.
 
     Returns:
       image: uint8 [H, W, 3].
       boxes: float32 [N, 4], [ymin, xmin, ymax, xmax] in pixels, 1 <= N <= MAX_OBJECTS.
-      classes: int64 [N], ids 1..4 (see SYNTHETIC_LABEL_MAP).
+      classes: int64 [N], ids 1..len(style.label_map) (SYNTHETIC_LABEL_MAP by default).
     """
     short_side = min(height, width)
     if short_side < 16:
         raise ValueError("synthetic images need sides >= 16 pixels, got %dx%d" % (height, width))
-    image = make_background(rng, height, width)
+    image = style.background(rng, height, width)
     min_size = max(4, int(round(MIN_SIZE_FRACTION * short_side)))
     max_size = max(min_size, int(round(MAX_SIZE_FRACTION * short_side)))
     boxes, classes = [], []
     for _ in range(rng.integers(1, MAX_OBJECTS + 1)):
-        class_id = int(rng.integers(1, len(SYNTHETIC_LABEL_MAP) + 1))
+        class_id = int(rng.integers(1, len(style.label_map) + 1))
         size = int(rng.integers(min_size, max_size + 1))
         for _attempt in range(30):  # give up on this object when the image is too crowded
             top = int(rng.integers(0, height - size + 1))
@@ -193,16 +226,19 @@ def draw_example(rng: np.random.Generator, height: int,
                 break
         else:
             continue
-        under = image[top:top + size, left:left + size][shape_mask(class_id, size)]
-        boxes.append(paint_shape(image, class_id, top, left, size, _contrasting_color(rng, under)))
+        mask = style.mask(class_id, size)
+        colours = style.fill(rng, image[top:top + size, left:left + size][mask], size)
+        boxes.append(paint_shape(image, class_id, top, left, size, colours, style.mask))
         classes.append(class_id)
-    image = np.round(image).astype(np.uint8)
+    if style.finish is not None:
+        image = style.finish(rng, image)
+    image = np.round(np.clip(image, 0.0, 255.0)).astype(np.uint8)
     return image, np.stack(boxes).astype(np.float32), np.array(classes, np.int64)
 
 
 def generate_examples(num_images: int, height: int = 256, width: int = 256, seed: int = 0,
-                      start_id: int = 1,
-                      image_dir: str = "") -> Iterator[Tuple[ImageRecord, np.ndarray]]:
+                      start_id: int = 1, image_dir: str = "",
+                      style: ShapeStyle = SHAPES) -> Iterator[Tuple[ImageRecord, np.ndarray]]:
     """Yields (ImageRecord, image uint8 [H, W, 3]) for image ids start_id, start_id + 1, ...
 
     Image `i` depends only on (seed, i), not on how many images come before it.
@@ -210,7 +246,7 @@ def generate_examples(num_images: int, height: int = 256, width: int = 256, seed
     """
     for image_id in range(start_id, start_id + num_images):
         rng = np.random.default_rng([seed, image_id])
-        image, boxes, classes = draw_example(rng, height, width)
+        image, boxes, classes = draw_example(rng, height, width, style)
         area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
         record = ImageRecord(image_id, os.path.join(image_dir, "%06d.jpg" % image_id), height,
                              width, boxes, classes, np.zeros(len(classes), bool),
@@ -236,7 +272,7 @@ class SyntheticDataset:
 
 
 def _layout(out_dir: str, num_train: int, num_val: int, tfrecord: bool,
-            num_shards: int) -> SyntheticDataset:
+            num_shards: int, label_map: Dict[int, str]) -> SyntheticDataset:
     pattern = os.path.join(out_dir, "tfrecords", "%s-*-of-" + "%05d.tfrecord" % num_shards)
     return SyntheticDataset(
         root=out_dir,
@@ -245,7 +281,7 @@ def _layout(out_dir: str, num_train: int, num_val: int, tfrecord: bool,
         val_json=os.path.join(out_dir, "annotations", "instances_val.json"),
         train_tfrecord=pattern % "train" if tfrecord else None,
         val_tfrecord=pattern % "val" if tfrecord else None,
-        label_map=dict(SYNTHETIC_LABEL_MAP), num_train=num_train, num_val=num_val)
+        label_map=dict(label_map), num_train=num_train, num_val=num_val)
 
 
 def _is_complete(dataset: SyntheticDataset, manifest: dict, num_shards: int) -> bool:
@@ -270,7 +306,7 @@ def _is_complete(dataset: SyntheticDataset, manifest: dict, num_shards: int) -> 
 
 
 def _write_split(records_and_images, image_dir: str, json_file: str,
-                 tfrecord_pattern: Optional[str], num_shards: int,
+                 tfrecord_pattern: Optional[str], num_shards: int, label_map: Dict[int, str],
                  progress: Optional[ProgressBar] = None) -> None:
     """Writes one split's JPEGs and COCO JSON, then its TFRecords from those JPEGs.
     `progress` counts the JPEGs; the TFRecord writing then shows its own bar."""
@@ -281,19 +317,20 @@ def _write_split(records_and_images, image_dir: str, json_file: str,
         records.append(record)
         if progress is not None:
             progress.update(len(records))
-    write_json_atomically(json_file, records_to_coco(records, SYNTHETIC_LABEL_MAP), indent=None)
+    write_json_atomically(json_file, records_to_coco(records, label_map), indent=None)
     if tfrecord_pattern and records:
         prefix = tfrecord_pattern.split("-*")[0]
         if progress is not None:
             print("Writing them to TFRecords %s" % tfrecord_pattern)
-        write_tfrecords(records, prefix, num_shards, SYNTHETIC_LABEL_MAP,
+        write_tfrecords(records, prefix, num_shards, label_map,
                         show_progress=progress is not None)
 
 
 def write_synthetic_dataset(out_dir: str, num_train: int = 1000, num_val: int = 200,
                             image_size: Union[int, Tuple[int, int]] = 256, seed: int = 0,
                             tfrecord: bool = True, num_shards: int = 1,
-                            show_progress: bool = False) -> SyntheticDataset:
+                            show_progress: bool = False,
+                            style: ShapeStyle = SHAPES) -> SyntheticDataset:
     """Writes (or reuses) a synthetic dataset under `out_dir`.
 
     Layout: train/ and val/ (JPEG files named by image id), annotations/
@@ -310,6 +347,7 @@ def write_synthetic_dataset(out_dir: str, num_train: int = 1000, num_val: int = 
       seed: a non-negative int; the same seed gives byte-identical JSON and images.
       num_shards: TFRecord files per split (examples are dealt round-robin).
       show_progress: progress bars while writing (1,000 images take about 11 s).
+      style: what to draw: SHAPES (the demo's) or e.g. synthetic_glyphs.GLYPHS.
     """
     height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
     height, width = int(height), int(width)
@@ -317,10 +355,12 @@ def write_synthetic_dataset(out_dir: str, num_train: int = 1000, num_val: int = 
         raise ValueError("need num_train, num_val, seed >= 0 and num_shards >= 1; got %r" %
                          dict(num_train=num_train, num_val=num_val, seed=seed,
                               num_shards=num_shards))
-    dataset = _layout(out_dir, num_train, num_val, tfrecord, num_shards)
+    dataset = _layout(out_dir, num_train, num_val, tfrecord, num_shards, style.label_map)
     manifest = {"generator_version": GENERATOR_VERSION, "num_train": num_train,
                 "num_val": num_val, "height": height, "width": width, "seed": seed,
                 "tfrecord": bool(tfrecord), "num_shards": num_shards}
+    if style.name != SHAPES.name:  # The demo's manifests stay as they were written.
+        manifest["style"] = style.name
     if _is_complete(dataset, manifest, num_shards):
         return dataset
 
@@ -340,9 +380,10 @@ def write_synthetic_dataset(out_dir: str, num_train: int = 1000, num_val: int = 
         if show_progress:
             print("Writing %d synthetic %s images to %s" % (count, split, image_dir))
             progress = ProgressBar(count, unit_name="image")
-        _write_split(generate_examples(count, height, width, seed, first_id, image_dir),
+        _write_split(generate_examples(count, height, width, seed, first_id, image_dir, style),
                      image_dir, getattr(dataset, split + "_json"),
-                     getattr(dataset, split + "_tfrecord"), num_shards, progress)
+                     getattr(dataset, split + "_tfrecord"), num_shards, style.label_map,
+                     progress)
 
     write_text_atomically(manifest_path, json.dumps(manifest, indent=2, sort_keys=True))
     return dataset

@@ -53,11 +53,20 @@ def class_bias_initializer(prior_probability: float = 0.01) -> keras.initializer
     return keras.initializers.Constant(-math.log((1 - prior_probability) / prior_probability))
 
 
+# Batch Renormalization's limits on its corrections r (a ratio of deviations) and d (a
+# shift in deviations), the values the paper (Ioffe, 2017) settles at after warm-up.
+RENORM_CLIPPING = {"rmin": 1.0 / 3.0, "rmax": 3.0, "dmax": 5.0}
+
+
 def batch_norm(config, name: str, dtype=None) -> keras.layers.BatchNormalization:
-    """BatchNorm with the config's momentum and epsilon."""
+    """BatchNorm with the config's momentum and epsilon (and Batch Renormalization when
+    config.batch_norm_renorm: training-mode outputs corrected towards the moving statistics,
+    which inference uses, with the same momentum)."""
+    renorm = bool(config.get("batch_norm_renorm", False))
     return keras.layers.BatchNormalization(
         momentum=config.batch_norm_momentum, epsilon=config.batch_norm_epsilon,
-        name=name, dtype=dtype)
+        renorm=renorm, renorm_clipping=dict(RENORM_CLIPPING) if renorm else None,
+        renorm_momentum=config.batch_norm_momentum, name=name, dtype=dtype)
 
 
 def drop_connect(x: tf.Tensor, training: bool, survival_prob: float) -> tf.Tensor:
