@@ -248,15 +248,18 @@ def test_glyphs_are_striped_in_two_colours_on_noisier_backgrounds():
     assert roughness[1] > 2 * roughness[0]
 
 
+def category_names(json_file):
+    with open(json_file) as f:
+        return sorted(c["name"] for c in json.load(f)["categories"])
+
+
 def test_glyph_dataset_names_its_classes_and_keeps_its_own_manifest(tmp_path):
     glyphs = write_synthetic_dataset(str(tmp_path / "glyphs"), num_train=3, num_val=2,
                                      image_size=64, tfrecord=False, style=GLYPHS)
     shapes = write_synthetic_dataset(str(tmp_path / "shapes"), num_train=3, num_val=2,
                                      image_size=64, tfrecord=False)
     assert glyphs.label_map == GLYPHS_LABEL_MAP
-    with open(glyphs.train_json) as f:
-        assert sorted(c["name"] for c in json.load(f)["categories"]) == sorted(
-            GLYPHS_LABEL_MAP.values())
+    assert category_names(glyphs.train_json) == sorted(GLYPHS_LABEL_MAP.values())
     with open(os.path.join(glyphs.root, "manifest.json")) as f:
         assert json.load(f)["style"] == "glyphs"
     with open(os.path.join(shapes.root, "manifest.json")) as f:
@@ -265,6 +268,4 @@ def test_glyph_dataset_names_its_classes_and_keeps_its_own_manifest(tmp_path):
     again = write_synthetic_dataset(str(tmp_path / "glyphs"), num_train=3, num_val=2,
                                     image_size=64, tfrecord=False)
     assert again.label_map == SYNTHETIC_LABEL_MAP
-    with open(again.train_json) as f:
-        assert sorted(c["name"] for c in json.load(f)["categories"]) == sorted(
-            SYNTHETIC_LABEL_MAP.values())
+    assert category_names(again.train_json) == sorted(SYNTHETIC_LABEL_MAP.values())
