@@ -59,13 +59,8 @@ flags.DEFINE_string("data_dir", "/tmp/efficientdet_bench_data",
 
 def median_seconds(fn, repeats: int) -> float:
     """Runs fn once to warm up (tracing), then `repeats` times; returns the median time."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    from efficientdet_keras.inference.detector import timed_runs
+    return statistics.median(timed_runs(fn, repeats, warmup=1))
 
 
 def bench_postprocess(config) -> None:

@@ -150,9 +150,9 @@ class Detector:
         batch = [load_image(image)] * batch_size
         network_fn = self._backend.network_fn(batch)
         network = (None if network_fn is None
-                   else Latency.from_seconds(_timed_runs(network_fn, runs, warmup), batch_size))
+                   else Latency.from_seconds(timed_runs(network_fn, runs, warmup), batch_size))
         end_to_end = Latency.from_seconds(
-            _timed_runs(lambda: self.detect(batch), runs, warmup), batch_size)
+            timed_runs(lambda: self.detect(batch), runs, warmup), batch_size)
         result = BenchmarkResult(source=self._backend.description, batch_size=batch_size,
                                  image_size=tuple(batch[0].shape[:2]), runs=runs, warmup=warmup,
                                  network=network, end_to_end=end_to_end)
@@ -161,7 +161,7 @@ class Detector:
         return result
 
 
-def _timed_runs(fn, runs: int, warmup: int):
+def timed_runs(fn, runs: int, warmup: int):
     """Seconds of each of `runs` calls of fn, after `warmup` untimed calls."""
     if runs < 1:
         raise ValueError("benchmark runs must be at least 1, got %d" % runs)
