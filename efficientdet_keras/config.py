@@ -414,6 +414,9 @@ def _in_range(low: float, high: float, high_included: bool = False):
     return check
 
 
+# Values of autoaugment_policy: off, the detection policies v0-v3, RandAugment.
+AUTOAUGMENT_POLICIES = (None, "v0", "v1", "v2", "v3", "randaug")
+
 # Single values with a valid range, checked by every override and by validate_config:
 # dotted key -> (check, what the value must be). Wrong values fail here in one line
 # naming the key instead of as a ZeroDivisionError or a shape error deep in training.
@@ -437,7 +440,15 @@ _VALUE_RULES = {
         "nms_configs.iou_thresh", "nms_configs.score_thresh")},
     "nan_recovery_attempts": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
     "backup_steps": (lambda v: _is_int(v) and v >= 0, "a non-negative integer (0: epoch ends)"),
-    "batch_norm_renorm": (lambda v: isinstance(v, bool), "true or false"),
+    **{key: (lambda v: isinstance(v, bool), "true or false") for key in (
+        "batch_norm_renorm", "grid_mask")},
+    **{key: (_in_range(0.0, 1.0, high_included=True), "a probability in [0, 1]") for key in (
+        "mosaic", "mixup")},
+    "mosaic_close_epochs": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
+    "randaugment_num_layers": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
+    "randaugment_magnitude": (_in_range(0.0, 30.0, high_included=True), "a number in [0, 30]"),
+    "autoaugment_policy": (lambda v: v in AUTOAUGMENT_POLICIES,
+                           "none, %s" % ", ".join(p for p in AUTOAUGMENT_POLICIES if p)),
     "nan_recovery_lr_factor": (lambda v: _is_number(v) and 0 < v < 1, "a number in (0, 1)"),
 }
 
@@ -515,6 +526,16 @@ def default_config() -> Config:
         jitter_min=0.1,
         jitter_max=2.0,
         max_instances_per_image=100,
+        # Stronger augmentation, all off in the COCO recipe (README "Augmentation").
+        # autoaugment_policy: none, v0-v3 (the learned detection policies) or randaug
+        # (RandAugment with the two keys after it); data/autoaugment.py.
+        autoaugment_policy=None,
+        randaugment_num_layers=1,
+        randaugment_magnitude=15.0,
+        grid_mask=False,  # GridMask: a grid of square holes cut from each image.
+        mosaic=0.0,  # Probability that a training image is a mosaic of four images.
+        mosaic_close_epochs=0,  # The last this many epochs train without mosaic.
+        mixup=0.0,  # Probability that a training image is blended with a second one.
         skip_crowd_during_training=True,
         # Class ids outside 1..num_classes: false drops those boxes with a warning; true
         # stops at the first one with an error naming the record.
