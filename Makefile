@@ -30,6 +30,7 @@ clean:
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py --what=postprocess
 	$(BIN)/python tools/bench.py --what=pipeline --batch_size=4
+	$(BIN)/python tools/bench.py --what=augment --batch_size=4
 	$(BIN)/python tools/bench.py --what=eval --image_size=256 --batch_size=8
 	$(BIN)/python tools/bench.py --what=train --image_size=256 --batch_size=4
 	$(BIN)/python tools/bench.py --what=serve --image_size=512

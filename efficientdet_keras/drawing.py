@@ -1,8 +1,8 @@
-"""Pictures of detections: labelled boxes on an image, and two pictures side by side.
+"""Pictures of detections: labelled boxes on an image, two pictures side by side, a grid.
 
 Used by the Python Detector (`Detector.draw`), efficientdet-infer, the evaluation
-images of training and efficientdet-eval, and the data check. Pillow draws; images
-go in and come out as uint8 numpy arrays [H, W, 3].
+images of training and efficientdet-eval, and the data check (and its augmentation
+preview). Pillow draws; images go in and come out as uint8 numpy arrays [H, W, 3].
 
 Boxes are [ymin, xmin, ymax, xmax] in pixels of the image they are drawn on.
 """
@@ -107,6 +107,34 @@ def side_by_side(left, right, titles: Sequence[str] = (), gap: int = 4) -> np.nd
         for x, title in zip((0, left.shape[1] + gap), titles):
             canvas.text((x + 2, 1), title, fill=(0, 0, 0))
     return np.asarray(picture)
+
+
+def image_grid(images: Sequence, columns: Optional[int] = None, gap: int = 4) -> np.ndarray:
+    """Images of one size in rows of `columns` (default: a near-square grid), left to right
+    then top to bottom, on a white background.
+
+    Args:
+      images: n >= 1 uint8 [H, W, 3] images of the same size.
+      columns: tiles per row; default ceil(sqrt(n)).
+      gap: white pixels between tiles.
+
+    Returns:
+      uint8 [rows * (H + gap) - gap, columns * (W + gap) - gap, 3], rows = ceil(n / columns).
+    """
+    tiles = [as_uint8_image(image) for image in images]
+    if not tiles:
+        raise ValueError("image_grid needs at least one image")
+    height, width = tiles[0].shape[:2]
+    if any(tile.shape[:2] != (height, width) for tile in tiles):
+        raise ValueError("image_grid needs images of one size, got %s"
+                         % sorted({tile.shape[:2] for tile in tiles}))
+    columns = columns or int(np.ceil(np.sqrt(len(tiles))))
+    rows = -(-len(tiles) // columns)
+    grid = np.full([rows * (height + gap) - gap, columns * (width + gap) - gap, 3], 255, np.uint8)
+    for i, tile in enumerate(tiles):
+        top, left = (i // columns) * (height + gap), (i % columns) * (width + gap)
+        grid[top:top + height, left:left + width] = tile
+    return grid
 
 
 def encode_png(image) -> bytes:

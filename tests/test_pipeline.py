@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from conftest import tiny_config
 from data_helpers import bright_box_image, make_records, write_image, write_tfrecord
+from efficientdet_keras.data import autoaugment
 from efficientdet_keras.data.pipeline import (CocoSource, InputPipeline, RecordsSource,
                                               TFRecordSource, make_source)
 from efficientdet_keras.data.records import ImageRecord, records_to_coco
@@ -235,3 +236,149 @@ def test_images_follow_the_precision_policy(tmp_path):
                                              RecordsSource(records), is_training=True, seed=0)()))
     assert images.dtype == tf.bfloat16
     assert labels["box_targets_3"].dtype == tf.float32
+
+
+# Solid colours of the images the mosaic and mixup tests mix (class i + 1 has colour i).
+SOLID_COLOURS = np.array([(255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 0)])
+
+
+def solid_colour_records(tmp_path, sizes):
+    """One image per size, filled with SOLID_COLOURS[i], its one box the whole image."""
+    records = []
+    for i, (h, w) in enumerate(sizes):
+        image = np.broadcast_to(SOLID_COLOURS[i].astype(np.uint8), (h, w, 3))
+        path = write_image(str(tmp_path / ("solid%d.png" % i)), image, "png")
+        records.append(ImageRecord(i + 1, path, h, w, np.array([[0, 0, h, w]], np.float32),
+                                   np.array([i + 1]), np.zeros(1, bool), np.zeros(1, np.float32)))
+    return records
+
+
+def mixing_config(**overrides):
+    """No flip or jitter, pixels in 0..1: what the tests see is the mosaic or mixup itself."""
+    return config(**dict(dict(num_classes=4, input_rand_hflip=False, jitter_min=1.0,
+                              jitter_max=1.0, mean_rgb=[0.0], stddev_rgb=[255.0]), **overrides))
+
+
+def colours_shown(image):
+    """The SOLID_COLOURS indices that fill at least 2% of the image."""
+    return {i for i, colour in enumerate(SOLID_COLOURS / 255.0)
+            if np.all(np.abs(image - colour) < 0.02, -1).mean() >= 0.02}
+
+
+def mosaic_pipeline(records, start_step=0, **overrides):
+    """mosaic=1.0 for 3 epochs of 2 steps of 2 images, the last epoch without mosaic."""
+    closing = dict(mosaic=1.0, num_epochs=3, steps_per_epoch=2, mosaic_close_epochs=1)
+    return InputPipeline(mixing_config(**dict(closing, **overrides)), RecordsSource(records),
+                         is_training=True, seed=4, start_step=start_step)
+
+
+def test_mosaic_shows_four_images_with_their_boxes_until_it_closes(tmp_path):
+    sizes = [(60, 80), (80, 60), (50, 50), (40, 90)]
+    batches = first_batches(mosaic_pipeline(solid_colour_records(tmp_path, sizes))(), 6)
+    images = np.concatenate([images for images, _ in batches])
+    labels = {key: np.concatenate([b[1][key] for b in batches]) for key in batches[0][1]}
+    # Images 0-7 (steps 0-3) are mosaics; from step 4, the last epoch, single images.
+    assert [len(colours_shown(image)) for image in images] == [4] * 8 + [1] * 4
+    kept = 0
+    for image, boxes, classes in zip(images[:8], labels["groundtruth_boxes"],
+                                     labels["groundtruth_classes"]):
+        returned = {int(c) - 1: box for box, c in zip(boxes, classes) if c > 0}
+        for i, (h, w) in enumerate(sizes):
+            colour = np.all(np.abs(image - SOLID_COLOURS[i] / 255.0) < 0.02, -1)
+            ys, xs = np.nonzero(colour)
+            shown = np.array([ys.min(), xs.min(), ys.max() + 1, xs.max() + 1])
+            # Each image fills its box (the whole image), resized to fit 128x128.
+            share = colour.sum() / (h * w * min(128 / h, 128 / w) ** 2)
+            if i in returned:  # The box is where its image shows: edges within 1 px.
+                assert np.abs(returned[i] - shown).max() <= 1.0
+                kept += 1
+            # Remnants under 20% of their area are dropped.
+            assert (i in returned) == (share >= 0.2) or abs(share - 0.2) < 0.02
+    assert kept >= 16
+    assert (labels["image_scales"][:8] == 1.0).all()  # The canvas is the input size.
+
+
+def test_mosaic_closed_for_all_epochs_or_after_a_resume_makes_none(tmp_path):
+    records = solid_colour_records(tmp_path, [(64, 64)] * 4)
+    # A run resumed at step 4, past the close point: single images only (with GridMask,
+    # whose holes are the only black: (0, 0, 0) after normalising with mean 0).
+    resumed = first_batches(mosaic_pipeline(records, start_step=4, grid_mask=True)(), 3)
+    for images, _ in resumed:
+        for image in images:
+            assert len(colours_shown(image)) == 1
+            assert 0.1 < np.all(image == 0, -1).mean() < 0.4  # About a quarter in holes.
+    # Closed for all epochs: exactly the pipeline without mosaic.
+    closed = mosaic_pipeline(records, mosaic_close_epochs=3)
+    plain = InputPipeline(mixing_config(), RecordsSource(records), is_training=True, seed=4)
+    for a, b in zip(first_batches(closed(), 3), first_batches(plain(), 3)):
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1]["groundtruth_boxes"], b[1]["groundtruth_boxes"])
+
+
+def test_mosaic_close_epochs_needs_steps_per_epoch(tmp_path):
+    records = solid_colour_records(tmp_path, [(64, 64)])
+    with pytest.raises(ValueError, match="mosaic_close_epochs=2 needs steps_per_epoch"):
+        InputPipeline(mixing_config(mosaic=0.5, mosaic_close_epochs=2), RecordsSource(records),
+                      is_training=True)
+
+
+def test_mixup_blends_each_image_with_the_one_before(tmp_path):
+    records = solid_colour_records(tmp_path, [(64, 64), (64, 64)])
+    pipeline = InputPipeline(mixing_config(mixup=1.0), RecordsSource(records), is_training=True,
+                             seed=2)
+    batches = first_batches(pipeline(), 3)
+    images = np.concatenate([images for images, _ in batches])
+    classes = np.concatenate([labels["groundtruth_classes"] for _, labels in batches])
+    assert (classes[0] > 0).sum() == 1  # The first image has none before it.
+    for image, image_classes in zip(images[1:], classes[1:]):
+        first, second = image_classes[:2] - 1
+        assert (image_classes > 0).sum() == 2  # The boxes of both.
+        # Red and green: the weight shows in the two channels; Beta(32, 32) is near 0.5.
+        weight = image[64, 64, 0] if first == 0 else image[64, 64, 1]
+        expected = weight * SOLID_COLOURS[first] / 255 + (1 - weight) * SOLID_COLOURS[second] / 255
+        np.testing.assert_allclose(image[64, 64], expected, atol=1e-5)
+        assert first == second or 0.3 < weight < 0.7
+
+
+def test_policy_keys_reach_autoaugment_and_randaugment(tmp_path):
+    image = tf.constant(bright_box_image(48, 64, [8, 8, 40, 30]))
+    boxes = tf.constant([[8 / 48, 8 / 64, 40 / 48, 30 / 64]])
+    seed = tf.constant([5, 6], tf.int64)
+    records = make_records(str(tmp_path), count=1)
+    for policy, direct in [
+            ("v1", lambda: autoaugment.distort_image_with_autoaugment(image, boxes, "v1", seed)),
+            ("randaug", lambda: autoaugment.distort_image_with_randaugment(image, boxes, 3, 9.0,
+                                                                          seed))]:
+        pipeline = InputPipeline(config(autoaugment_policy=policy, randaugment_num_layers=3,
+                                        randaugment_magnitude=9.0),
+                                 RecordsSource(records), is_training=True)
+        for ours, theirs in zip(pipeline._autoaugment(image, boxes, seed), direct()):
+            np.testing.assert_array_equal(ours, theirs)
+
+
+def test_every_option_on_is_repeatable_and_differs_between_pipelines(tmp_path, monkeypatch):
+    source = _SameRecordsForEveryPipeline(make_records(str(tmp_path), count=4))
+    policies = []  # The pipeline's graph calls AutoAugment with the config's policy.
+    real_autoaugment = autoaugment.distort_image_with_autoaugment
+    monkeypatch.setattr(autoaugment, "distort_image_with_autoaugment",
+                        lambda image, boxes, policy, seed: policies.append(policy) or
+                        real_autoaugment(image, boxes, policy, seed))
+    every_option = config(autoaugment_policy="v0", grid_mask=True, mosaic=0.5, mixup=0.5,
+                          mosaic_close_epochs=1, num_epochs=2, steps_per_epoch=10)
+
+    def images_and_boxes(pipeline_id):
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline_id,
+                                             num_replicas_in_sync=2)
+        pipeline = InputPipeline(every_option, source, is_training=True, batch_size=4, seed=3)
+        batches = first_batches(pipeline(context), 3)
+        return (np.concatenate([images for images, _ in batches]),
+                np.concatenate([labels["groundtruth_boxes"] for _, labels in batches]))
+
+    images_0, boxes_0 = images_and_boxes(0)
+    images_again, boxes_again = images_and_boxes(0)
+    images_1, boxes_1 = images_and_boxes(1)
+    np.testing.assert_array_equal(images_0, images_again)
+    np.testing.assert_array_equal(boxes_0, boxes_again)
+    assert all(not np.array_equal(a, b) for a, b in zip(images_0, images_1))
+    assert not np.array_equal(boxes_0, boxes_1)
+    assert set(policies) == {"v0"}

@@ -17,6 +17,9 @@ Benchmarks:
   short_runs   D0 from scratch on the demo's shapes (256 px) and on a second synthetic dataset
                (striped glyphs, 128 px, 512 steps): AP, AP50, training and inference-mode
                validation loss by epoch (cli/short_runs.py).
+  augment      training pipeline images/s with each augmentation option on (flip and scale
+               jitter, AutoAugment v0-v3, RandAugment, GridMask, mosaic, mixup, all of them), at
+               --image_size, next to the images/s a train step of --model_name consumes there.
   kills        a small demo training run killed with SIGKILL at --kills random moments (seeded
                by --kill_seed) and restarted each time: steps lost per kill, and whether the
                run still ends with the step count of an unkilled one.
@@ -36,7 +39,7 @@ from efficientdet_keras.cli.common import HPARAMS_HELP, run_app  # noqa: E402
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("what", "postprocess",
                   ["postprocess", "pipeline", "eval", "train", "serve", "kills", "tflite",
-                   "short_runs"],
+                   "short_runs", "augment"],
                   "Which benchmark to run.")
 flags.DEFINE_integer("eval_images", 500, "eval: how many synthetic images to evaluate.")
 flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDet family.")
@@ -53,8 +56,28 @@ flags.DEFINE_string("model_dir", os.path.join("runs", "demo"),
                     "tflite: a trained demo run (config.yaml, checkpoints, synthetic/).")
 flags.DEFINE_integer("tflite_threads", 2, "tflite: interpreter threads.")
 flags.DEFINE_list("short_runs", ["glyphs", "demo"], "short_runs: which runs (glyphs, demo).")
+# augment: each row's --hparams, added to the config's flip and scale jitter.
+AUGMENT_OPTIONS = {
+    "baseline": "",
+    "v0": "autoaugment_policy=v0",
+    "v1": "autoaugment_policy=v1",
+    "v2": "autoaugment_policy=v2",
+    "v3": "autoaugment_policy=v3",
+    "randaug": "autoaugment_policy=randaug",
+    "grid_mask": "grid_mask=true",
+    "mosaic": "mosaic=1.0",
+    "mixup": "mixup=1.0",
+    "all": "autoaugment_policy=v0,grid_mask=true,mosaic=1.0,mixup=1.0",
+}
+flags.DEFINE_list("augment_options", list(AUGMENT_OPTIONS),
+                  "augment: the rows to measure, of %s." % ", ".join(AUGMENT_OPTIONS))
+flags.DEFINE_bool("train_step", True, "augment: also time a train step of --model_name at the "
+                  "same size and batch (the consumption and ratio columns).")
 flags.DEFINE_string("data_dir", "/tmp/efficientdet_bench_data",
-                    "pipeline: where the synthetic benchmark data is written (and reused).")
+                    "pipeline, augment: where the synthetic benchmark data is written (and "
+                    "reused).")
+flags.DEFINE_integer("pipeline_images", 256, "pipeline, augment: how many synthetic 640x480 "
+                     "training images to write to --data_dir.", lower_bound=8)
 
 
 def median_seconds(fn, repeats: int) -> float:
@@ -127,13 +150,19 @@ def pipeline_images_per_second(dataset, batches: int) -> float:
     return count / (time.perf_counter() - start)
 
 
+def pipeline_benchmark_data():
+    """--pipeline_images synthetic training images in --data_dir (written once, then reused), as
+    TFRecords of COCO-like 640x480 JPEGs, so decoding and resizing cost what they do in
+    practice."""
+    from efficientdet_keras.data.synthetic import write_synthetic_dataset
+    return write_synthetic_dataset(FLAGS.data_dir, num_train=FLAGS.pipeline_images, num_val=8,
+                                   image_size=(480, 640), seed=0)
+
+
 def bench_pipeline(config) -> None:
     from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
-    from efficientdet_keras.data.synthetic import write_synthetic_dataset
 
-    # COCO-like originals (640x480), so decoding and resizing cost what they do in practice.
-    data = write_synthetic_dataset(FLAGS.data_dir, num_train=256, num_val=8, image_size=(480, 640),
-                                   seed=0)
+    data = pipeline_benchmark_data()
     print("%s, batch %d, %d-core machine; synthetic 640x480 JPEG TFRecords"
           % (config.name, FLAGS.batch_size, os.cpu_count()))
     print("%-6s %18s %20s %8s" % ("size", "pipeline (img/s)", "train step (img/s)", "ratio"))
@@ -146,6 +175,67 @@ def bench_pipeline(config) -> None:
         produced = pipeline_images_per_second(dataset, max(10, FLAGS.repeats * 2))
         consumed = FLAGS.batch_size / train_step_seconds(sized, next(iter(dataset)))
         print("%-6s %18.1f %20.2f %8.1f" % (size, produced, consumed, produced / consumed))
+
+
+def check_augment_options() -> None:
+    """Raises ValueError naming --augment_options when it lists an unknown row."""
+    unknown = [name for name in FLAGS.augment_options if name not in AUGMENT_OPTIONS]
+    if unknown or not FLAGS.augment_options:
+        raise ValueError("--augment_options: unknown option(s) %s; choose from %s"
+                         % (", ".join(map(repr, unknown)) or "(none given)",
+                            ", ".join(AUGMENT_OPTIONS)))
+
+
+def median_images_per_second(dataset, batches: int, repeats: int) -> float:
+    """Images/s of a dataset: the median over `repeats` runs of `batches` batches, read on from
+    one iterator after a warm-up run (fills buffers, traces the maps)."""
+    iterator = iter(dataset)
+    seconds = median_seconds(lambda: [next(iterator) for _ in range(batches)], repeats)
+    return batches * FLAGS.batch_size / seconds
+
+
+def bench_augment(config) -> None:
+    """Training pipeline images/s per augmentation option (--augment_options), against the
+    images/s a train step of --model_name consumes at the same size and batch."""
+    from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
+
+    source = TFRecordSource(pipeline_benchmark_data().train_tfrecord)
+    batches = max(2, 32 // FLAGS.batch_size)  # About 32 images per timed run.
+
+    def training_data(hparams):
+        option_config = config.copy()
+        option_config.override({"image_size": FLAGS.image_size, "batch_size": FLAGS.batch_size,
+                                "num_classes": 4})
+        option_config.override(hparams)
+        return option_config, InputPipeline(option_config, source, is_training=True, seed=0)()
+
+    produced = {name: median_images_per_second(training_data(AUGMENT_OPTIONS[name])[1], batches,
+                                               FLAGS.repeats)
+                for name in FLAGS.augment_options}
+    consumed = None
+    if FLAGS.train_step:
+        step_config, dataset = training_data("")
+        consumed = FLAGS.batch_size / train_step_seconds(step_config, next(iter(dataset)))
+    print("%s at %dx%d, batch %d, %d-core machine; %d synthetic 640x480 JPEGs (TFRecords); "
+          "pipeline: median of %d runs of %d images, measured on its own"
+          % (config.name, FLAGS.image_size, FLAGS.image_size, FLAGS.batch_size, os.cpu_count(),
+             FLAGS.pipeline_images, FLAGS.repeats, batches * FLAGS.batch_size))
+    print_augment_table(produced, consumed, config.name)
+
+
+def print_augment_table(produced, consumed, model_name: str) -> None:
+    """A Markdown table: a row per option of `produced` ({option: pipeline images/s}), with
+    the train step's images/s (`consumed`) and the ratio unless consumed is None."""
+    columns = ["option", "--hparams", "pipeline"]
+    if consumed is not None:
+        columns += ["%s train step" % model_name, "ratio"]
+    print("| %s |\n|%s" % (" | ".join(columns), "---|" * len(columns)))
+    for name, images_per_second in produced.items():
+        cells = [name, AUGMENT_OPTIONS[name] or "(flip and scale jitter)",
+                 "%.1f img/s" % images_per_second]
+        if consumed is not None:
+            cells += ["%.2f img/s" % consumed, "%.1fx" % (images_per_second / consumed)]
+        print("| %s |" % " | ".join(cells))
 
 
 def bench_eval(config) -> None:
@@ -442,11 +532,14 @@ def main(argv):
         config.override(FLAGS.hparams)
         if FLAGS.what == "postprocess":
             config.override({"image_size": FLAGS.image_size})
+        if FLAGS.what == "augment":
+            check_augment_options()
     except ValueError as e:
         sys.exit("efficientdet-bench: %s" % e)
     {"postprocess": bench_postprocess, "pipeline": bench_pipeline, "eval": bench_eval,
      "train": bench_train, "serve": bench_serve, "kills": bench_kills,
-     "tflite": bench_tflite, "short_runs": bench_short_runs}[FLAGS.what](config)
+     "tflite": bench_tflite, "short_runs": bench_short_runs,
+     "augment": bench_augment}[FLAGS.what](config)
 
 
 def run():

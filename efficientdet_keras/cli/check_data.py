@@ -10,7 +10,9 @@ aspect ratios in pixels at the model's input size, the share of boxes that no an
 at IoU >= 0.5 with the config's anchors, and anchor_scale / aspect_ratios from a small grid
 that leave fewer boxes unmatched (with the --hparams string to use). --output_png draws the
 box sizes against the anchor sizes (needs matplotlib, the `reports` extra); --output_json
-writes the numbers.
+writes the numbers. --preview_png writes a grid of the first --preview_images training images
+as the training pipeline makes them (augmentation from --hparams, seeded by --seed), with their
+boxes and class names drawn (data/preview.py), before the check reads the records.
 """
 
 import glob
@@ -36,6 +38,11 @@ flags.DEFINE_string("output_png", "box_sizes.png", "Where to write the box size 
                     "('' for none).")
 flags.DEFINE_string("output_json", "", "Also write the numbers as JSON here.")
 flags.DEFINE_integer("max_records", 0, "Check at most this many records (0: all).", lower_bound=0)
+flags.DEFINE_string("preview_png", "", "Write a grid of augmented training images with their "
+                    "boxes here ('' for none).")
+flags.DEFINE_integer("preview_images", 16, "--preview_png: how many training images.")
+flags.DEFINE_integer("seed", 0, "--preview_png: the training pipeline's seed (order and "
+                     "augmentation draws).")
 
 
 def check_flags() -> None:
@@ -53,6 +60,13 @@ def check_flags() -> None:
     for pattern in filter(None, FLAGS.file_pattern.split(",")):
         if not glob.glob(pattern.strip()):
             raise FileNotFoundError("--file_pattern %r matches no file" % pattern)
+    if FLAGS.preview_png:
+        if FLAGS.preview_images < 1:
+            raise ValueError("--preview_images must be at least 1, got %d" % FLAGS.preview_images)
+        folder = os.path.dirname(FLAGS.preview_png)
+        if folder and not os.path.isdir(folder):
+            raise FileNotFoundError("--preview_png %s: folder %s does not exist"
+                                    % (FLAGS.preview_png, folder))
 
 
 def make_source_and_label_map(config):
@@ -78,6 +92,11 @@ def check_data() -> None:
     from efficientdet_keras.fileio import write_json_atomically
     config = get_efficientdet_config(FLAGS.model_name).override(FLAGS.hparams)
     source, label_map = make_source_and_label_map(config)
+    if FLAGS.preview_png:
+        from efficientdet_keras.data.preview import write_preview
+        write_preview(FLAGS.preview_png, config, source, FLAGS.preview_images, FLAGS.seed,
+                      label_map)
+        print("Augmented training images: %s" % FLAGS.preview_png)
     scan = scan_dataset(source, config, max_records=FLAGS.max_records)
     summary = summarize(scan, config, label_map)
     print(format_report(summary))

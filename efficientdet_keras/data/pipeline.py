@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 import tensorflow as tf
 
 from efficientdet_keras.anchors import AnchorLabeler
-from efficientdet_keras.data import augment
+from efficientdet_keras.data import augment, autoaugment, gridmask, mixing
 from efficientdet_keras.data.decode import DataHealth, decode_and_clean
 from efficientdet_keras.data.records import (ImageRecord, list_files, load_coco_records,
                                              raw_dataset_from_records,
@@ -32,6 +32,10 @@ SHUFFLE_BUFFER = 1024
 # A resumed pipeline's order seed is seed + this x start_step (+ pipeline id): more than any
 # number of input pipelines, so no two (start step, pipeline) pairs share a seed.
 _START_STEP_SEED_STRIDE = 1_000_003
+# Each augmentation after flip and jitter folds its own number into the element's seed.
+_OP_SEED_SALTS = {"policy": 1, "grid_mask": 2, "mosaic": 3, "mixup": 4}
+# An image count no pipeline reaches: mosaic never closes.
+_NEVER = 2 ** 62
 
 
 class TFRecordSource:
@@ -110,6 +114,35 @@ def describe_source(source) -> str:
     return type(source).__name__
 
 
+def _op_seed(seed: Optional[int], index: tf.Tensor, op: str) -> tf.Tensor:
+    """The stateless seed pair of augmentation `op` for the element numbered `index`."""
+    base = tf.stack([tf.constant(seed or 0, tf.int64), tf.cast(index, tf.int64)])
+    return tf.random.experimental.stateless_fold_in(base, _OP_SEED_SALTS[op])
+
+
+def _mosaic_seeds(seed: Optional[int], index: tf.Tensor) -> tf.Tensor:
+    """[2, 2]: the seeds of the mosaic draw and of the centre for a group whose first image
+    is numbered `index`."""
+    return tf.random.experimental.stateless_split(_op_seed(seed, index, "mosaic"), 2)
+
+
+def _mosaic_fields(example):
+    """What a mosaic needs of a decoded example, with the sizes that padded_batch hides."""
+    fields = {key: example[key] for key in mixing.INSTANCE_KEYS + ("image", "image_id")}
+    fields["size"] = tf.shape(example["image"])[:2]
+    fields["num_boxes"] = tf.shape(example["classes"])[0]
+    return fields
+
+
+def _unpad_mosaic_fields(example):
+    """(index, example) from an unbatched group element: the image and instances the
+    example had before padded_batch padded them."""
+    example = mixing.unpad_instances(example)
+    index, size = example.pop("index"), example.pop("size")
+    example["image"] = example["image"][:size[0], :size[1]]
+    return index, example
+
+
 def _pipeline_position(input_context: Optional[tf.distribute.InputContext]):
     """(number of input pipelines, this pipeline's id): (1, 0) without a context."""
     if input_context is None:
@@ -124,8 +157,12 @@ class InputPipeline:
       config: the model config (image_size, levels, anchors, augmentation, normalisation,
         num_classes, max_instances_per_image, mixed_precision, batch_size).
       source: TFRecordSource, CocoSource, VocSource or any object with `raw_dataset`.
-      is_training: shuffle, repeat, augment (flip, scale jitter) and drop the last
-        partial batch; otherwise one pass, aspect-preserving resize and pad.
+      is_training: shuffle, repeat, augment and drop the last partial batch; otherwise
+        one pass, aspect-preserving resize and pad. Training order: [mosaic of four
+        (`mosaic`)] -> flip (`input_rand_hflip`) -> AutoAugment / RandAugment
+        (`autoaugment_policy`) -> scale jitter, crop, pad, normalise -> GridMask
+        (`grid_mask`) -> [mixup with the image before (`mixup`)] -> drop emptied boxes ->
+        anchor labels -> batch. Options left at their defaults add no step.
       batch_size: global batch size (default config.batch_size); under tf.distribute
         each replica gets its share.
       seed: makes order and augmentation repeatable.
@@ -145,6 +182,12 @@ class InputPipeline:
         self.batch_size = int(batch_size or config.batch_size)
         self.seed = seed
         self.start_step = int(start_step)
+        if is_training and config.mosaic > 0 and config.mosaic_close_epochs and \
+                not config.get("steps_per_epoch"):
+            raise ValueError(
+                "mosaic_close_epochs=%s needs steps_per_epoch (the number of training steps in "
+                "an epoch) to know when the last epochs begin; set steps_per_epoch or "
+                "mosaic_close_epochs=0" % config.mosaic_close_epochs)
         self.health = health or DataHealth()
         self.health.source_problems.update(getattr(source, "skipped", {}))
         self.image_size = tuple(config.image_size)
@@ -182,10 +225,17 @@ class InputPipeline:
         # Numbering elements across pipelines (index * num_pipelines + pipeline_id)
         # gives every replica and worker its own draws; one pipeline counts 0, 1, 2, ...
         # A resumed pipeline counts on from what the steps before start_step used.
-        dataset = dataset.enumerate(start=self.start_step * self.batch_size // num_pipelines)
-        dataset = dataset.map(
-            lambda index, example: self._prepare(index * num_pipelines + pipeline_id, example),
-            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        first_index = self._images_before_step(self.start_step, num_pipelines)
+        number = lambda index: index * num_pipelines + pipeline_id  # noqa: E731
+        if self.is_training and config.mosaic > 0:
+            dataset = self._with_mosaics(dataset, first_index, num_pipelines, number)
+        else:
+            dataset = dataset.enumerate(start=first_index)
+        if self.is_training and config.mixup > 0:
+            dataset = self._augment_and_mixup(dataset, number)
+        else:
+            dataset = dataset.map(lambda index, example: self._prepare(number(index), example),
+                                  num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         dataset = dataset.batch(batch_size, drop_remainder=self.is_training)
         options = tf.data.Options()
         options.deterministic = self.seed is not None or not self.is_training
@@ -214,41 +264,165 @@ class InputPipeline:
         stddev = tf.constant(self.config.stddev_rgb, tf.float32)
         return (image - mean) / stddev
 
+    def _images_before_step(self, step: int, num_pipelines: int) -> int:
+        """Images one input pipeline emits for the training steps before `step`."""
+        return step * self.batch_size // num_pipelines
+
+    def _mosaic_images_allowed(self, num_pipelines: int) -> int:
+        """The number of images one pipeline emits before mosaic closes (mosaic_close_epochs)."""
+        config = self.config
+        if not config.mosaic_close_epochs:
+            return _NEVER
+        open_epochs = max(config.num_epochs - config.mosaic_close_epochs, 0)
+        return self._images_before_step(open_epochs * config.steps_per_epoch, num_pipelines)
+
+    def _with_mosaics(self, dataset: tf.data.Dataset, first_index: int, num_pipelines: int,
+                      number) -> tf.data.Dataset:
+        """(index, example) pairs where, with probability `mosaic`, four consecutive examples
+        became one mosaic (until mosaic closes), else pass through one by one.
+
+        The examples are grouped by four (images padded to the group's largest, sizes
+        kept); a scan counts the images emitted so far (from first_index), which decides
+        whether mosaic is still open and numbers the emitted images like enumerate().
+        """
+        allowed = self._mosaic_images_allowed(num_pipelines)
+
+        def decide(count, group):
+            draw_seed = _mosaic_seeds(self.seed, number(count))[0]
+            use = tf.logical_and(count < allowed,
+                                 tf.random.stateless_uniform([], draw_seed) < self.config.mosaic)
+            emitted = tf.where(use, tf.constant(1, tf.int64),
+                               tf.cast(tf.shape(group["image_id"])[0], tf.int64))
+            return count + emitted, (count, use, group)
+
+        fields = dataset.map(_mosaic_fields, num_parallel_calls=tf.data.AUTOTUNE,
+                             deterministic=True)
+        groups = fields.padded_batch(4)
+        decided = groups.scan(tf.constant(first_index, tf.int64), decide)
+        outputs = decided.map(lambda count, use, group: self._mosaic_or_singles(
+            count, use, group, number), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return outputs.unbatch().map(_unpad_mosaic_fields, num_parallel_calls=tf.data.AUTOTUNE,
+                                     deterministic=True)
+
+    def _mosaic_or_singles(self, count, use, group, number):
+        """The group's mosaic as a group of one, or the group itself; "index" numbers them."""
+        def one_mosaic():
+            centre = mixing.mosaic_centre(self.image_size,
+                                          _mosaic_seeds(self.seed, number(count))[1])
+            fill = tf.clip_by_value(tf.round(tf.constant(self.config.mean_rgb, tf.float32)),
+                                    0.0, 255.0)
+            made = mixing.mosaic(group, self.image_size, centre, fill,
+                                 self.config.max_instances_per_image)
+            made = mixing.pad_instances(made, self.config.max_instances_per_image)
+            made["size"] = tf.constant(self.image_size, tf.int32)
+            made["index"] = count
+            return {key: value[None] for key, value in made.items()}
+
+        def singles():
+            group_size = tf.shape(group["image_id"], out_type=tf.int64)[0]
+            return dict(group, index=count + tf.range(group_size))
+
+        return tf.cond(use, one_mosaic, singles)
+
+    def _augment_and_mixup(self, dataset: tf.data.Dataset, number) -> tf.data.Dataset:
+        """Augmented, labelled examples where, with probability `mixup`, each is blended with
+        the augmented example before it (its own output stays as it is)."""
+        max_instances = self.config.max_instances_per_image
+        augmented = dataset.map(
+            lambda index, example: (number(index), mixing.pad_instances(
+                self._augment(number(index), example), max_instances)),
+            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        nothing_before = tf.nest.map_structure(lambda spec: tf.zeros(spec.shape, spec.dtype),
+                                               augmented.element_spec[1])
+
+        def pair_with_previous(state, element):
+            previous, has_previous = state
+            index, example = element
+            return (example, tf.constant(True)), (index, example, previous, has_previous)
+
+        pairs = augmented.scan((nothing_before, tf.constant(False)), pair_with_previous)
+        return pairs.map(self._maybe_mixup_and_label, num_parallel_calls=tf.data.AUTOTUNE,
+                         deterministic=True)
+
+    def _maybe_mixup_and_label(self, index, example, previous, has_previous):
+        seed = _op_seed(self.seed, index, "mixup")
+        draw_seed, weight_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+        use = tf.logical_and(has_previous,
+                             tf.random.stateless_uniform([], draw_seed) < self.config.mixup)
+        weight = mixing.beta_sample(weight_seed, mixing.MIXUP_BETA, mixing.MIXUP_BETA)
+        example = tf.cond(use, lambda: mixing.mixup(example, previous, weight,
+                                                    self.config.max_instances_per_image),
+                          lambda: example)
+        return self._label(mixing.unpad_instances(example))
+
     def _prepare(self, index: tf.Tensor, example):
         """Augments, resizes, normalises and labels one decoded example.
 
         `index` (int64 scalar) with the seed picks the augmentation draws.
         """
+        return self._label(self._augment(index, example))
+
+    def _augment(self, index: tf.Tensor, example):
+        """One decoded example, augmented (training only), resized and normalised.
+
+        Returns:
+          image float32 [H, W, 3] at the input size; boxes [N, 4] in input pixels (training
+          drops those the crop emptied), classes, is_crowd, area [N]; image_scale (original
+          pixels per input pixel); image_id.
+        """
         config = self.config
         image, boxes = example["image"], example["boxes"]
-        classes, is_crowd, area = example["classes"], example["is_crowd"], example["area"]
         if self.is_training:
+            # Flip and jitter keep the draws they always had; later options fold in their own.
             seeds = tf.random.experimental.stateless_split(
                 tf.stack([tf.constant(self.seed or 0, tf.int64), index]), 2)
             if config.input_rand_hflip:
                 image, boxes = augment.random_horizontal_flip(image, boxes, seeds[0])
+            image, boxes = self._autoaugment(image, boxes, _op_seed(self.seed, index, "policy"))
             scale_range = (config.jitter_min, config.jitter_max)
         else:
             seeds, scale_range = [None, None], (1.0, 1.0)
         image, boxes, image_scale, _ = augment.resize_crop_pad(
             image, boxes, self.image_size, scale_range, seeds[1], normalize=self._normalize)
-        if self.is_training:  # Objects the crop cut away are gone.
+        instances = {key: example[key] for key in mixing.INSTANCE_KEYS}
+        instances["boxes"] = boxes
+        if self.is_training:
+            if config.grid_mask:
+                image = gridmask.grid_mask(image, _op_seed(self.seed, index, "grid_mask"))
+            # Objects the crop cut away are gone.
             keep = augment.non_empty_boxes(boxes)
-            boxes, classes = tf.boolean_mask(boxes, keep), tf.boolean_mask(classes, keep)
-            is_crowd, area = tf.boolean_mask(is_crowd, keep), tf.boolean_mask(area, keep)
+            instances = {key: tf.boolean_mask(value, keep) for key, value in instances.items()}
+        return dict(instances, image=image, image_scale=image_scale,
+                    image_id=example["image_id"])
 
+    def _autoaugment(self, image, boxes, seed):
+        """The config's AutoAugment policy or RandAugment on the uint8 image (or neither)."""
+        policy = self.config.autoaugment_policy
+        if not policy:
+            return image, boxes
+        if policy == "randaug":
+            return autoaugment.distort_image_with_randaugment(
+                image, boxes, self.config.randaugment_num_layers,
+                self.config.randaugment_magnitude, seed)
+        return autoaugment.distort_image_with_autoaugment(image, boxes, policy, seed)
+
+    def _label(self, example):
+        """Anchor targets and padded ground truth for one augmented example (see _augment)."""
+        config = self.config
+        boxes, classes = example["boxes"], example["classes"]
+        is_crowd, area = example["is_crowd"], example["area"]
         # Crowd boxes are never positives; with skip_crowd_during_training the
         # anchors inside them are ignored, otherwise they are ordinary objects.
         ignore = is_crowd if config.skip_crowd_during_training else tf.zeros_like(is_crowd)
         class_targets, box_targets, num_positives = self.labeler.label(boxes, classes, ignore)
 
         labels = {"num_positives": num_positives, "source_ids": example["image_id"],
-                  "image_scales": image_scale}
+                  "image_scales": example["image_scale"]}
         for level in class_targets:
             labels["class_targets_%d" % level] = class_targets[level]
             labels["box_targets_%d" % level] = box_targets[level]
         labels.update(self._pad_groundtruth(boxes, classes, is_crowd, area))
-        return tf.cast(image, self.compute_dtype), labels
+        return tf.cast(example["image"], self.compute_dtype), labels
 
     def _pad_groundtruth(self, boxes, classes, is_crowd, area):
         max_instances = self.config.max_instances_per_image
