@@ -450,6 +450,8 @@ _VALUE_RULES = {
     "autoaugment_policy": (lambda v: v in AUTOAUGMENT_POLICIES,
                            "none, %s" % ", ".join(p for p in AUTOAUGMENT_POLICIES if p)),
     "nan_recovery_lr_factor": (lambda v: _is_number(v) and 0 < v < 1, "a number in (0, 1)"),
+    "sync_batch_norm": (lambda v: v is None or isinstance(v, bool),
+                        "null (on with more than one replica), true or false"),
 }
 
 
@@ -518,6 +520,9 @@ def default_config() -> Config:
         # batch gives the coarse levels too few values for training and inference to agree.
         # Adds renorm variables, so released checkpoints need it off (the COCO recipe's).
         batch_norm_renorm=False,
+        # BatchNorm statistics of the global batch, all-reduced across replicas in training:
+        # null = on when built under a strategy with more than one replica; true/false force it.
+        sync_batch_norm=None,
         is_training_bn=True,
         # Input pipeline and augmentation.
         mean_rgb=[0.485 * 255, 0.456 * 255, 0.406 * 255],

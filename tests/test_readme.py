@@ -40,6 +40,15 @@ EXEMPT = {
         "'file.yaml,k=v' --hparams string",
     "efficientdet-export --model_dir=runs/demo-pruned":
         "needs the pruned demo; test_pruning exports a pruned model and measures its sparsity",
+    "TF_CONFIG=":
+        "one worker of a two-machine cluster (waits for the other); test_multi_worker runs "
+        "two --strategy=multi-worker workers with such a TF_CONFIG on loopback",
+    "efficientdet-train --mode=traineval --model_name=efficientdet-d0 --model_dir=runs/d0-gpus":
+        "needs GPUs (XLA under MirroredStrategy fails on CPUs); test_distribute trains on two "
+        "replicas with SyncBatchNorm and EMA and the EMA in XLA-compiled replica steps",
+    "efficientdet-train --mode=train --model_name=efficientdet-d0 --model_dir=runs/d0-tpu":
+        "needs a Cloud TPU; test_distribute runs --strategy=tpu against an address without one "
+        "and checks the one-line error and the bfloat16 default",
 }
 # Shell commands outside the worked example (whose test runs its own), in README order.
 COMMANDS = [(b, i, c) for b in BLOCKS if b.language == "sh" and b.section != WORKED_EXAMPLE

@@ -54,6 +54,12 @@ flags.DEFINE_string("hub_module_url", "", "Fine-tune a TF-Hub feature module (a 
                     "or hub URL) with new prediction heads.")
 flags.DEFINE_enum("strategy", "", ["", "gpus", "multi-worker", "tpu"],
                   "Distribution: default device, local GPUs, multi-worker or TPU.")
+flags.DEFINE_string("tpu", "", "--strategy=tpu: the Cloud TPU's name, its grpc://host:port "
+                    "address, or 'local' on a TPU VM (default: $TPU_NAME).")
+flags.DEFINE_string("gcp_project", None, "--strategy=tpu: the project of the --tpu name "
+                    "(default: this VM's).")
+flags.DEFINE_string("tpu_zone", None, "--strategy=tpu: the zone of the --tpu name "
+                    "(default: this VM's).")
 flags.DEFINE_bool("use_xla", None, "Compile steps with XLA (default: config jit_compile).")
 flags.DEFINE_string("mixed_precision", None, "false, float16, bfloat16 or true (default: config).")
 flags.DEFINE_integer("tf_random_seed", None, "Seed for repeatable runs.")
@@ -114,7 +120,9 @@ def check_flags() -> None:
 
 def build_config(demo_data=None):
     from efficientdet_keras import get_efficientdet_config
+    from efficientdet_keras.training.runtime import default_precision
     config = get_efficientdet_config(FLAGS.model_name)
+    config.mixed_precision = None  # Unset unless a file or flag sets it; see below.
     if FLAGS.demo:  # The packaged file, whatever the working directory holds.
         from efficientdet_keras.config import PACKAGED_HPARAMS_DIR
         config.override(os.path.join(PACKAGED_HPARAMS_DIR, "demo.yaml"))
@@ -126,6 +134,7 @@ def build_config(demo_data=None):
         from efficientdet_keras.config import parse_scalar
         overrides["mixed_precision"] = parse_scalar(FLAGS.mixed_precision)
     config.override({k: v for k, v in overrides.items() if v is not None})
+    config.mixed_precision = default_precision(FLAGS.strategy, config.mixed_precision)
     if demo_data is not None:
         config.label_map = dict(demo_data.label_map)
     return config
@@ -213,7 +222,8 @@ def train(config, train_source, val_source, val_json, strategy):
     steps_per_epoch = steps_per_epoch or max(1, examples // config.batch_size)
     config.steps_per_epoch = steps_per_epoch
     check_run_config(config, FLAGS.model_dir, FLAGS.overwrite_config)
-    config.save_yaml(FLAGS.model_dir)
+    from efficientdet_keras.training.workers import remove_write_dir, write_dir
+    config.save_yaml(write_dir(FLAGS.model_dir, strategy))
 
     with strategy.scope():
         if config.hub_module_url:
@@ -242,7 +252,7 @@ def train(config, train_source, val_source, val_json, strategy):
     callbacks = get_callbacks(config, FLAGS.model_dir, val_data, evaluator,
                               eval_samples=FLAGS.eval_samples, display_images=FLAGS.eval_images,
                               archive_keep=FLAGS.archive_keep,
-                              profile_batch=(2, 4) if FLAGS.profile else 0)
+                              profile_batch=(2, 4) if FLAGS.profile else 0, strategy=strategy)
     import tf_keras
     callbacks.append(tf_keras.callbacks.LambdaCallback(  # The data report after every epoch.
         on_epoch_end=lambda epoch, logs: train_pipeline.health.log_summary()))
@@ -251,11 +261,14 @@ def train(config, train_source, val_source, val_json, strategy):
              strategy.num_replicas_in_sync, FLAGS.model_dir))
     # A NaN or inf step ends the command with NonFiniteLossError's one line (a ValueError)
     # unless the config's nan_recovery_attempts allow rolling back to the backup.
-    fit_with_nan_recovery(model, train_data, epochs=config.num_epochs,
-                          steps_per_epoch=steps_per_epoch, validation_data=val_data,
-                          callbacks=callbacks, verbose=1 if sys.stdout.isatty() else 2)
-    train_pipeline.health.log_summary()
-    report_results(callbacks)
+    try:
+        fit_with_nan_recovery(model, train_data, epochs=config.num_epochs,
+                              steps_per_epoch=steps_per_epoch, validation_data=val_data,
+                              callbacks=callbacks, verbose=1 if sys.stdout.isatty() else 2)
+        train_pipeline.health.log_summary()
+        report_results(callbacks)
+    finally:  # A non-chief worker's files were only there for the collective saves.
+        remove_write_dir(FLAGS.model_dir, strategy)
 
 
 def report_results(callbacks) -> None:
@@ -278,13 +291,19 @@ def main(argv):
 
 def train_or_evaluate():
     check_flags()
-    from efficientdet_keras.fileio import remove_stale_temporary_files
-    remove_stale_temporary_files(FLAGS.model_dir)
     from efficientdet_keras.training.runtime import get_strategy, run_settings
+    from efficientdet_keras.training.workers import write_dir
+    # Before any other TensorFlow op: MultiWorkerMirroredStrategy joins its cluster here.
+    strategy = (get_strategy(FLAGS.strategy, tpu=FLAGS.tpu, tpu_zone=FLAGS.tpu_zone,
+                             gcp_project=FLAGS.gcp_project) if FLAGS.mode != "eval" else None)
+    # model_dir itself, or a non-chief worker's temporary folder for the same files.
+    files_dir = write_dir(FLAGS.model_dir, strategy)
+    from efficientdet_keras.fileio import remove_stale_temporary_files
+    remove_stale_temporary_files(files_dir)
     demo_data = None
     if FLAGS.demo:
         from efficientdet_keras.data.synthetic import write_synthetic_dataset
-        demo_data = write_synthetic_dataset(os.path.join(FLAGS.model_dir, "synthetic"),
+        demo_data = write_synthetic_dataset(os.path.join(files_dir, "synthetic"),
                                             num_train=FLAGS.demo_images,
                                             num_val=max(1, FLAGS.demo_images // 10),
                                             image_size=256, show_progress=True)
@@ -297,7 +316,7 @@ def train_or_evaluate():
         if FLAGS.mode == "eval":
             continuous_eval(config, val_source, val_json)
         else:
-            train(config, train_source, val_source, val_json, get_strategy(FLAGS.strategy))
+            train(config, train_source, val_source, val_json, strategy)
 
 
 def run():

@@ -58,15 +58,32 @@ def class_bias_initializer(prior_probability: float = 0.01) -> keras.initializer
 RENORM_CLIPPING = {"rmin": 1.0 / 3.0, "rmax": 3.0, "dmax": 5.0}
 
 
+def uses_sync_batch_norm(config) -> bool:
+    """Whether BatchNorm built now synchronises its batch statistics across replicas.
+
+    config.sync_batch_norm true or false decides; null (the default) means on when the
+    model is built under a strategy with more than one replica (several GPUs, workers or
+    TPU cores), as the released trainer did: each replica then normalises with the mean and
+    variance of the global batch, not of its own few images.
+    """
+    sync = config.get("sync_batch_norm")
+    if sync is None:
+        return tf.distribute.get_strategy().num_replicas_in_sync > 1
+    return bool(sync)
+
+
 def batch_norm(config, name: str, dtype=None) -> keras.layers.BatchNormalization:
     """BatchNorm with the config's momentum and epsilon (and Batch Renormalization when
     config.batch_norm_renorm: training-mode outputs corrected towards the moving statistics,
-    which inference uses, with the same momentum)."""
+    which inference uses, with the same momentum), synchronised across replicas when
+    `uses_sync_batch_norm(config)`. The variables are the same either way, so checkpoints
+    load into both."""
     renorm = bool(config.get("batch_norm_renorm", False))
     return keras.layers.BatchNormalization(
         momentum=config.batch_norm_momentum, epsilon=config.batch_norm_epsilon,
         renorm=renorm, renorm_clipping=dict(RENORM_CLIPPING) if renorm else None,
-        renorm_momentum=config.batch_norm_momentum, name=name, dtype=dtype)
+        renorm_momentum=config.batch_norm_momentum, synchronized=uses_sync_batch_norm(config),
+        name=name, dtype=dtype)
 
 
 def drop_connect(x: tf.Tensor, training: bool, survival_prob: float) -> tf.Tensor:

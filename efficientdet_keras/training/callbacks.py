@@ -41,6 +41,7 @@ from efficientdet_keras.reports.pr_curves import (PR_CURVES_DIR, plot_precision_
                                                   precision_recall_curves)
 from efficientdet_keras.reports.results_csv import ResultsCallback
 from efficientdet_keras.training.nan_guard import NaNGuard
+from efficientdet_keras.training.workers import write_dir
 
 
 _VAL_PREFIX = "val_"
@@ -401,7 +402,7 @@ def remove_interrupted_backup_writes(checkpoints_dir: str) -> None:
 
 def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
                   eval_samples: Optional[int] = None, display_images: int = 4,
-                  archive_keep: int = 3, profile_batch=0):
+                  archive_keep: int = 3, profile_batch=0, strategy=None):
     """The standard callback list for a training run in model_dir.
 
     Order matters: COCO evaluation first, so the checkpoint archive, TensorBoard
@@ -416,7 +417,12 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
     ResultsCallback writes model_dir/results.csv and plots/ after each epoch.
     `display_images` validation images (0: none) are drawn, ground truth beside the
     detections, at each COCO evaluation into model_dir/eval_images (COCOCallback).
+    Under multi-worker training (`strategy`, default the current one) only the chief
+    writes into model_dir; every other worker writes the same files into its
+    workers.write_dir, and all of them resume from the chief's backup.
     """
+    backup_dir = os.path.join(model_dir, BACKUP_DIR)  # Keras' BackupAndRestore knows the rule.
+    model_dir = write_dir(model_dir, strategy)
     callbacks = []
     if is_pruning(config):
         from efficientdet_keras.optimization.pruning_keras import training_callbacks
@@ -435,7 +441,7 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
         # Before BackupAndRestore: a NaN or inf step raises before anything is backed up.
         NaNGuard(config.get("nan_recovery_attempts", 0), config.get("nan_recovery_lr_factor", 0.5)),
         # Last: its epoch-end backup comes after the epoch's evaluation and checkpoint.
-        StepBackup(os.path.join(model_dir, BACKUP_DIR), config.get("backup_steps", 0)),
+        StepBackup(backup_dir, config.get("backup_steps", 0)),
     ]
     return callbacks
 

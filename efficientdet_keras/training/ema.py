@@ -29,6 +29,25 @@ def averaged_variables(model) -> List[tf.Variable]:
     return [v for v in model.variables if v.trainable or is_batch_norm_statistic(v)]
 
 
+def _shadow_variable(source: tf.Variable) -> tf.Variable:
+    """A variable for the average of `source`, distributed as `source` is.
+
+    Under a tf.distribute strategy each replica writes only its own copy, in replica context:
+    - a trained weight (mirrored, written once per step with the all-reduced gradients) is the
+      same on every replica, so its shadow (aggregation NONE) is too;
+    - a BatchNorm moving statistic is per replica (synchronised on read, MEAN); its shadow is
+      the same kind, so reading it gives the mean of the replicas' averages, which equals the
+      average of the replicas' mean (the average is linear), what a checkpoint stores.
+    Neither needs a cross-device read, which XLA cannot compile.
+    """
+    on_read = source.synchronization == tf.VariableSynchronization.ON_READ
+    return tf.Variable(
+        tf.identity(source), trainable=False, name="ema/" + variable_name(source),
+        synchronization=(tf.VariableSynchronization.ON_READ if on_read
+                         else tf.VariableSynchronization.AUTO),
+        aggregation=(tf.VariableAggregation.MEAN if on_read else tf.VariableAggregation.NONE))
+
+
 class ExponentialMovingAverage(tf.Module):
     """Shadow copies of a model's weights, updated after each optimizer step.
 
@@ -40,31 +59,23 @@ class ExponentialMovingAverage(tf.Module):
         self.decay = float(decay)
         self._sources = averaged_variables(model)
         with tf.init_scope():
-            # ONLY_FIRST_REPLICA: every replica computes the same update (the
-            # update runs in cross-replica context through merge_call anyway).
-            self.shadows = [
-                tf.Variable(tf.identity(v), trainable=False, name="ema/" + variable_name(v),
-                            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-                for v in self._sources]
+            self.shadows = [_shadow_variable(v) for v in self._sources]
 
     def decay_at(self, step) -> tf.Tensor:
         step = tf.cast(step, tf.float32)
         return tf.minimum(self.decay, (1.0 + step) / (10.0 + step))
 
     def update(self, step) -> None:
-        """shadow = d * shadow + (1 - d) * weight, with d = decay_at(step). Graph friendly."""
-        def apply(strategy):
-            del strategy
-            decay = self.decay_at(step)
-            for shadow, source in zip(self.shadows, self._sources):
-                # Cross-replica reads of BatchNorm statistics average the replicas.
-                shadow.assign(decay * shadow + (1.0 - decay) * tf.cast(source, shadow.dtype))
+        """shadow = d * shadow + (1 - d) * weight, with d = decay_at(step). Graph friendly.
 
-        replica_context = tf.distribute.get_replica_context()
-        if replica_context is None:
-            apply(tf.distribute.get_strategy())
-        else:
-            replica_context.merge_call(apply)
+        Runs in a replica context (or outside any strategy) without merge_call, so it works
+        where merge_call does not (XLA-compiled steps on GPUs, TPUs). Each replica updates
+        its own copy of each shadow from its own copy of the weight; see _shadow_variable
+        for why the copies agree.
+        """
+        decay = self.decay_at(step)
+        for shadow, source in zip(self.shadows, self._sources):
+            shadow.assign(decay * shadow + (1.0 - decay) * tf.cast(source, shadow.dtype))
 
     def reset_to_model(self) -> None:
         """Starts the average again from the current weights (e.g. after loading a checkpoint)."""

@@ -6,6 +6,9 @@ the distribution strategy — is chosen here from flags.
 """
 
 import contextlib
+import json
+import os
+import socket
 from typing import Optional
 
 import tensorflow as tf
@@ -14,9 +17,11 @@ import tf_keras as keras
 STRATEGIES = ("", "gpus", "multi-worker", "tpu")
 
 
-def get_strategy(name: str) -> tf.distribute.Strategy:
+def get_strategy(name: str, tpu: str = "", tpu_zone: Optional[str] = None,
+                 gcp_project: Optional[str] = None) -> tf.distribute.Strategy:
     """'' (the default device), 'gpus' (MirroredStrategy over local GPUs, or the CPU),
-    'multi-worker' (MultiWorkerMirroredStrategy from TF_CONFIG) or 'tpu'."""
+    'multi-worker' (MultiWorkerMirroredStrategy from TF_CONFIG) or 'tpu' (TPUStrategy on
+    `tpu`, with `tpu_zone` and `gcp_project`; see tpu_strategy)."""
     if name not in STRATEGIES:
         raise ValueError("Unknown strategy %r; choose one of %s"
                          % (name, ", ".join(repr(s) for s in STRATEGIES)))
@@ -25,11 +30,106 @@ def get_strategy(name: str) -> tf.distribute.Strategy:
     if name == "gpus":
         return tf.distribute.MirroredStrategy()
     if name == "multi-worker":
-        return tf.distribute.MultiWorkerMirroredStrategy()
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver()
-    tf.config.experimental_connect_to_cluster(resolver)
-    tf.tpu.experimental.initialize_tpu_system(resolver)
+        return multi_worker_strategy()
+    return tpu_strategy(tpu, tpu_zone, gcp_project)
+
+
+class TPUUnreachableError(ValueError):
+    """--strategy=tpu found no TPU at the given name or address (a one-line user error)."""
+
+
+# Seconds to wait for a TCP connection to a remote TPU: TensorFlow's own gRPC connection
+# would retry for minutes before failing on an address where no TPU listens.
+TPU_CONNECT_TIMEOUT_S = 10.0
+
+
+def tpu_strategy(tpu: str = "", zone: Optional[str] = None,
+                 project: Optional[str] = None) -> tf.distribute.TPUStrategy:
+    """TPUStrategy on a Cloud TPU: `tpu` is its name (looked up in `zone` of `project`; both
+    default to this GCE VM's), a grpc://host:port address, 'local' (the TPU of this TPU VM)
+    or '' ($TPU_NAME). Connects to it and initialises the TPU system.
+
+    Raises:
+      TPUUnreachableError "no TPU reachable at <tpu>: <reason>" when the name cannot be
+      resolved or its address does not answer within TPU_CONNECT_TIMEOUT_S.
+    """
+    where = tpu or "the default TPU ($TPU_NAME or this TPU VM)"
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+            tpu=tpu or None, zone=zone, project=project)
+        master = resolver.master()  # grpc://host:port of a remote TPU; '' on a TPU VM.
+        if master.startswith("grpc://"):
+            _check_reachable(master[len("grpc://"):])
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+    except (OSError, ValueError, RuntimeError, tf.errors.OpError) as e:
+        reason = " ".join(str(e).split()) or type(e).__name__
+        raise TPUUnreachableError("no TPU reachable at %s: %s" % (where, reason)) from None
     return tf.distribute.TPUStrategy(resolver)
+
+
+def _check_reachable(address: str) -> None:
+    """Raises OSError unless a TCP connection to host:port opens in TPU_CONNECT_TIMEOUT_S."""
+    host, _, port = address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=TPU_CONNECT_TIMEOUT_S):
+        pass
+
+
+def default_precision(strategy_name: str, mixed_precision):
+    """The config's mixed_precision, or "bfloat16" under --strategy=tpu when the config and
+    the flags leave it unset (None): TPUs compute in bfloat16 at full speed and need no
+    loss scaling."""
+    if mixed_precision is None:
+        return "bfloat16" if strategy_name == "tpu" else False
+    return mixed_precision
+
+
+def multi_worker_strategy(cluster_resolver=None) -> tf.distribute.MultiWorkerMirroredStrategy:
+    """MultiWorkerMirroredStrategy over the cluster that TF_CONFIG describes, or over
+    `cluster_resolver` (any tf.distribute.cluster_resolver: SlurmClusterResolver, ...).
+
+    Call it when the program starts, before any other TensorFlow op: the strategy sets up
+    collective ops and this worker's gRPC server. Without TF_CONFIG it would quietly train
+    a one-worker cluster, so that is an error here.
+
+    Raises:
+      ValueError naming TF_CONFIG when it is missing or does not describe this worker.
+    """
+    if cluster_resolver is None:
+        check_tf_config(os.environ.get("TF_CONFIG"))
+        cluster_resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=cluster_resolver)
+
+
+def check_tf_config(text: Optional[str]) -> None:
+    """Checks a TF_CONFIG value: JSON with "cluster" ({job: ["host:port", ...]}) and "task"
+    ({"type": job, "index": i}) naming one of the cluster's addresses.
+
+    Raises:
+      ValueError naming TF_CONFIG and what is wrong with it.
+    """
+    example = ('e.g. TF_CONFIG=\'{"cluster": {"worker": ["host1:12345", "host2:12345"]}, '
+               '"task": {"type": "worker", "index": 0}}\'')
+    if not text:
+        raise ValueError("--strategy=multi-worker needs the TF_CONFIG environment variable "
+                         "(the cluster and this worker's task), %s" % example)
+    try:
+        spec = json.loads(text)
+    except ValueError as e:
+        raise ValueError("TF_CONFIG is not valid JSON (%s), %s" % (e, example)) from None
+    cluster = spec.get("cluster") if isinstance(spec, dict) else None
+    if not isinstance(cluster, dict) or not cluster or not all(
+            isinstance(addresses, list) and addresses for addresses in cluster.values()):
+        raise ValueError("TF_CONFIG needs \"cluster\": {job name: [\"host:port\", ...]}, %s"
+                         % example)
+    task = spec.get("task")
+    if not isinstance(task, dict) or task.get("type") not in cluster:
+        raise ValueError("TF_CONFIG \"task\" must name a job of its cluster (%s) as \"type\", "
+                         "got %r" % (", ".join(sorted(cluster)), task))
+    index = task.get("index")
+    if not isinstance(index, int) or not 0 <= index < len(cluster[task["type"]]):
+        raise ValueError("TF_CONFIG task index %r is not one of the %d %r addresses"
+                         % (index, len(cluster[task["type"]]), task["type"]))
 
 
 def check_batch_divisible(batch_size: int, replicas: int) -> None:

@@ -1,0 +1,198 @@
+"""Multi-worker training (issue 13, part A): TF_CONFIG, who writes what, input sharding,
+tf.data service, and two real `efficientdet-train --strategy=multi-worker` processes on
+loopback that train like one process, write only the chief's files and resume after a kill."""
+
+import json
+import os
+import re
+import socket
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import REPO_ROOT, tiny_config
+from data_helpers import make_records, write_tfrecord
+from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
+from efficientdet_keras.training.callbacks import latest_backup_step
+from efficientdet_keras.training.kill_harness import RESUMED_STEP, TrainProcess
+from efficientdet_keras.training.runtime import check_tf_config, get_strategy
+from efficientdet_keras.training.workers import is_chief, remove_write_dir, write_dir
+
+TRAIN_TOOL = os.path.join(REPO_ROOT, "tools", "train.py")
+
+
+@pytest.mark.parametrize("tf_config, message", [
+    (None, "--strategy=multi-worker needs the TF_CONFIG environment variable"),
+    ("{cluster", "TF_CONFIG is not valid JSON"),
+    ('{"task": {"type": "worker", "index": 0}}', 'TF_CONFIG needs "cluster"'),
+    ('{"cluster": {"worker": []}, "task": {"type": "worker", "index": 0}}',
+     'TF_CONFIG needs "cluster"'),
+    ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "chief", "index": 0}}',
+     'TF_CONFIG "task" must name a job of its cluster \\(worker\\)'),
+    ('{"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 2}}',
+     "TF_CONFIG task index 2 is not one of the 2 'worker' addresses"),
+])
+def test_a_missing_or_malformed_tf_config_is_one_error_naming_it(tf_config, message):
+    with pytest.raises(ValueError, match=message):
+        check_tf_config(tf_config)
+
+
+def test_multi_worker_without_tf_config_fails_before_joining_any_cluster(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(ValueError, match="needs the TF_CONFIG environment variable"):
+        get_strategy("multi-worker")
+    check_tf_config('{"cluster": {"chief": ["a:1"], "worker": ["b:1"]}, '
+                    '"task": {"type": "worker", "index": 0}}')  # A valid one passes.
+
+
+def test_a_single_process_is_the_chief_and_writes_into_model_dir(tmp_path, two_cpu_strategy):
+    for strategy in (None, two_cpu_strategy):
+        assert is_chief(strategy) and write_dir(str(tmp_path), strategy) == str(tmp_path)
+        remove_write_dir(str(tmp_path), strategy)
+        assert tmp_path.is_dir()  # The chief's model_dir is never removed.
+
+
+def first_ids(pipeline, context, count):
+    """The source ids of the first `count` images the pipeline gives under `context`."""
+    ids = []
+    for _, labels in pipeline(context):
+        ids += labels["source_ids"].numpy().tolist()
+        if len(ids) >= count:
+            return ids[:count]
+
+
+def test_workers_read_different_records_of_a_single_file(tmp_path):
+    # One file, two workers: the file cannot be split, so each worker keeps every
+    # other record (DATA sharding); shuffled, augmented training pipelines.
+    write_tfrecord(str(tmp_path / "one.tfrecord"), make_records(str(tmp_path), count=6))
+    source = TFRecordSource(str(tmp_path / "one.tfrecord"))
+    pipeline = InputPipeline(tiny_config(image_size=64, jitter_min=0.5, jitter_max=1.5), source,
+                             is_training=True, batch_size=6, seed=5)
+    seen = [first_ids(pipeline, tf.distribute.InputContext(2, worker, 2), 3)
+            for worker in range(2)]
+    assert len(set(seen[0])) == len(set(seen[1])) == 3, seen
+    assert not set(seen[0]) & set(seen[1]) and set(seen[0]) | set(seen[1]) == set(range(100, 106))
+
+
+def test_the_training_pipeline_runs_under_tf_data_service(tmp_path):
+    write_tfrecord(str(tmp_path / "a.tfrecord"), make_records(str(tmp_path), count=4))
+    pipeline = InputPipeline(tiny_config(jitter_min=0.5, jitter_max=1.5),
+                             TFRecordSource(str(tmp_path / "a.tfrecord")), is_training=True,
+                             batch_size=2, seed=3)
+    # A local service: a dispatcher and one worker (serving while referenced).
+    dispatcher = tf.data.experimental.service.DispatchServer()
+    service = (dispatcher, tf.data.experimental.service.WorkerServer(
+        tf.data.experimental.service.WorkerConfig(
+            dispatcher_address=dispatcher.target.split("://")[1])))
+    served = pipeline().apply(tf.data.experimental.service.distribute(
+        "parallel_epochs", service[0].target))
+    images, labels = next(iter(served))
+    # The service's worker decodes and augments: the client's data report counts nothing.
+    assert int(pipeline.health.good_records()) == 0
+    local_images, local_labels = next(iter(pipeline()))
+    np.testing.assert_array_equal(labels["source_ids"], local_labels["source_ids"])
+    np.testing.assert_array_equal(images, local_images)  # Same order and augmentation draws.
+    assert int(pipeline.health.good_records()) > 0
+
+
+# The loopback run: D0 with a small BiFPN at 64 px on two synthetic images, 1 epoch of 2
+# steps, global batch 2 (one image per worker), a backup after every step, then COCO
+# evaluation. No random augmentation or drop-connect, so two workers and one process see
+# the same global batches; BatchNorm trains, synchronised across the workers (the default
+# sync_batch_norm, set for the one process too, so both use the same variance formula),
+# so they make the same updates. SGD, not the demo's Adam: Adam turns the rounding-noise
+# gradients of biases before a BatchNorm (truly zero) into whole steps of random sign.
+HPARAMS = ("image_size=64,fpn_num_filters=16,fpn_cell_repeats=1,box_class_repeats=1,"
+           "batch_size=2,steps_per_epoch=2,num_epochs=1,backup_steps=1,map_freq=1,"
+           "jitter_min=1.0,jitter_max=1.0,input_rand_hflip=false,backbone_survival_prob=1.0,"
+           "sync_batch_norm=true,optimizer=sgd")
+TOTAL_STEPS = 2
+
+
+def free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def train_command(model_dir, strategy=""):
+    return [sys.executable, TRAIN_TOOL, "--demo", "--demo_images=2", "--eval_images=1",
+            "--model_dir=%s" % model_dir, "--hparams=%s" % HPARAMS, "--tf_random_seed=1",
+            "--verbosity=1", "--strategy=%s" % strategy]
+
+
+def start_workers(model_dir):
+    """Two training processes, worker 0 (the chief) and worker 1, on fresh loopback ports."""
+    addresses = ["127.0.0.1:%d" % port for port in free_ports(2)]
+    return [TrainProcess(train_command(model_dir, "multi-worker"), env=dict(
+        os.environ, TF_CONFIG=json.dumps({"cluster": {"worker": addresses},
+                                          "task": {"type": "worker", "index": index}})))
+            for index in range(2)]
+
+
+def wait_all(processes, timeout):
+    for index, process in enumerate(processes):
+        code = process.wait(timeout)
+        assert code == 0, "process %d exited with %d:\n%s" % (index, code, process.output())
+
+
+def files_under(folder):
+    return sorted(os.path.relpath(os.path.join(root, name), folder)
+                  for root, _, names in os.walk(folder) for name in names)
+
+
+def read_checkpoint(prefix):
+    reader = tf.train.load_checkpoint(prefix)
+    return {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()}
+
+
+def test_two_loopback_workers_train_like_one_process_write_only_the_chiefs_files_and_resume(
+        tmp_path):
+    pair_dir, single_dir = str(tmp_path / "pair"), str(tmp_path / "single")
+    single = TrainProcess(train_command(single_dir))
+    workers = start_workers(pair_dir)
+    # Killed together (SIGKILL) once the chief has backed up step 1.
+    backed_up = workers[0].wait_for(re.compile(r"Backed up step 1\b"), 900)
+    for worker in workers:
+        worker.kill()
+    assert backed_up, workers[0].output()
+    resume_step = latest_backup_step(pair_dir)
+    assert resume_step == 1, workers[0].output()
+
+    workers = start_workers(pair_dir)
+    wait_all(workers + [single], 900)
+    for worker in workers:  # Both went on from the chief's backup, to the last step.
+        assert worker.resumed_step() == resume_step, worker.output()
+        assert worker.finished_steps() == TOTAL_STEPS, worker.output()
+    assert latest_backup_step(pair_dir) == TOTAL_STEPS
+
+    # The same weights and averages as one process on the same global batches.
+    got, want = (read_checkpoint(os.path.join(d, "last")) for d in (pair_dir, single_dir))
+    assert sorted(got) == sorted(want) and any(k.endswith("ExponentialMovingAverage") for k in got)
+    for key in want:
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-4, atol=1e-6, err_msg=key)
+    # The chief's evaluation equals the single process's.
+    metrics = [json.load(open(os.path.join(d, "coco_metrics.json")))["1"]
+               for d in (pair_dir, single_dir)]
+    assert sorted(metrics[0]) == sorted(metrics[1])
+    np.testing.assert_allclose([metrics[0][k] for k in sorted(metrics[1])],
+                               [metrics[1][k] for k in sorted(metrics[1])], rtol=1e-3, atol=1e-5)
+
+    # Only the chief's files: the one-process layout, one TensorBoard file per chief start,
+    # and nothing left of worker 1's temporary folders (its own, and Keras' in backup/).
+    pair_files, single_files = files_under(pair_dir), files_under(single_dir)
+    assert not [f for f in pair_files if "workertemp" in f], pair_files
+    assert not [d for _, dirs, _ in os.walk(pair_dir) for d in dirs if "workertemp" in d]
+    assert {f.split(os.sep)[0] for f in pair_files} == {f.split(os.sep)[0] for f in single_files}
+    for name in ("config.yaml", "results.csv", "ckpt-1.index", "best.index",
+                 "backup/chief/checkpoint"):
+        assert name in pair_files, pair_files
+    assert [f for f in pair_files if f.startswith("eval_images/epoch-1/") and f.endswith(".png")]
+    assert len([f for f in pair_files if f.startswith("train/events.out")]) == 2, pair_files
+    assert RESUMED_STEP.search(workers[0].output(10**6))
