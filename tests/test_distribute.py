@@ -116,10 +116,12 @@ def test_two_replicas_with_sync_batch_norm_and_ema_match_one(runs):
     for name, value in expected.items():
         np.testing.assert_allclose(actual[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
     # The check has teeth: the statistics and the averages moved away from the start.
+    # (the largest move over the class net's BatchNorms: a single layer's mean may move by
+    # less than the tolerance above, depending on the random initial weights.)
     for suffix in ("/moving_mean", "/moving_variance"):
-        name = next(n for n in initial if n.startswith("class_net") and n.endswith(suffix))
-        assert not np.allclose(expected[name], initial[name], atol=1e-4), name
-        assert not np.allclose(expected["ema/" + name], initial[name], atol=1e-5), name
+        names = [n for n in initial if n.startswith("class_net") and n.endswith(suffix)]
+        assert max(np.abs(expected[n] - initial[n]).max() for n in names) > 1e-4, suffix
+        assert max(np.abs(expected["ema/" + n] - initial[n]).max() for n in names) > 1e-5, suffix
     kernel = "class_net/class-predict/pointwise_kernel"
     assert not np.allclose(expected["ema/" + kernel], initial[kernel], atol=1e-6)
     assert not np.allclose(expected["ema/" + kernel], expected[kernel], atol=1e-6)
