@@ -441,7 +441,7 @@ _VALUE_RULES = {
     "nan_recovery_attempts": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
     "backup_steps": (lambda v: _is_int(v) and v >= 0, "a non-negative integer (0: epoch ends)"),
     **{key: (lambda v: isinstance(v, bool), "true or false") for key in (
-        "batch_norm_renorm", "grid_mask")},
+        "batch_norm_renorm", "grid_mask", "fold_batch_norm")},
     **{key: (_in_range(0.0, 1.0, high_included=True), "a probability in [0, 1]") for key in (
         "mosaic", "mixup")},
     "mosaic_close_epochs": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
@@ -523,6 +523,9 @@ def default_config() -> Config:
         # BatchNorm statistics of the global batch, all-reduced across replicas in training:
         # null = on when built under a strategy with more than one replica; true/false force it.
         sync_batch_norm=None,
+        # Inference only (model/folding.py sets it): every BatchNorm is folded into the conv
+        # before it, so the network has no BatchNorm layers and cannot be trained.
+        fold_batch_norm=False,
         is_training_bn=True,
         # Input pipeline and augmentation.
         mean_rgb=[0.485 * 255, 0.456 * 255, 0.406 * 255],

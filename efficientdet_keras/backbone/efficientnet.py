@@ -14,7 +14,8 @@ import tensorflow as tf
 import tf_keras as keras
 
 from efficientdet_keras.model.layers import (activation_fn, batch_norm, bn_training,
-                                             conv_kernel_initializer, drop_connect, output_point)
+                                             conv_kernel_initializer, conv_uses_bias, drop_connect,
+                                             output_point)
 from efficientdet_keras.optimization import wrap_layer
 
 
@@ -197,12 +198,14 @@ class MBConvBlock(keras.layers.Layer):
         self.expand_conv = self.expand_bn = None
         if spec.expand_ratio != 1:
             self.expand_conv = wrap_layer(keras.layers.Conv2D(
-                expanded, 1, padding="same", use_bias=False, name=conv_names("conv2d"),
+                expanded, 1, padding="same", use_bias=conv_uses_bias(config, False),
+                name=conv_names("conv2d"),
                 kernel_initializer=conv_kernel_initializer(), dtype=policy), config)
             self.expand_bn = batch_norm(config, bn_names("tpu_batch_normalization"), policy)
             self.expand_act = output_point(config, "expand_quant", config.act_type, policy)
         self.depthwise_conv = wrap_layer(keras.layers.DepthwiseConv2D(
-            spec.kernel_size, strides=spec.stride, padding="same", use_bias=False,
+            spec.kernel_size, strides=spec.stride, padding="same",
+            use_bias=conv_uses_bias(config, False),
             depthwise_initializer=conv_kernel_initializer(), name="depthwise_conv2d", dtype=policy),
             config)
         self.depthwise_bn = batch_norm(config, bn_names("tpu_batch_normalization"), policy)
@@ -212,12 +215,20 @@ class MBConvBlock(keras.layers.Layer):
             reduced = max(1, int(spec.input_filters * spec.se_ratio))
             self.se = SqueezeExcite(expanded, reduced, config, name="se", dtype=policy)
         self.project_conv = wrap_layer(keras.layers.Conv2D(
-            spec.output_filters, 1, padding="same", use_bias=False, name=conv_names("conv2d"),
+            spec.output_filters, 1, padding="same", use_bias=conv_uses_bias(config, False),
+            name=conv_names("conv2d"),
             kernel_initializer=conv_kernel_initializer(), dtype=policy), config)
         self.project_bn = batch_norm(config, bn_names("tpu_batch_normalization"), policy)
         # Identity points: where int8 TFLite stores the projection and the residual sum.
         self.project_output = output_point(config, "project_quant", dtype=policy)
         self.residual_output = output_point(config, "residual_quant", dtype=policy)
+
+    def conv_bn_pairs(self):
+        """(conv, BatchNorm) pairs that model/folding.py folds, in call order."""
+        pairs = [(self.depthwise_conv, self.depthwise_bn), (self.project_conv, self.project_bn)]
+        if self.expand_conv is not None:
+            pairs.insert(0, (self.expand_conv, self.expand_bn))
+        return pairs
 
     @property
     def has_residual(self) -> bool:
@@ -278,10 +289,14 @@ class _Stem(keras.layers.Layer):
         super().__init__(**kwargs)
         self.config = config
         self.conv = wrap_layer(keras.layers.Conv2D(
-            filters, 3, strides=2, padding="same", use_bias=False, name="conv2d",
+            filters, 3, strides=2, padding="same", use_bias=conv_uses_bias(config, False),
+            name="conv2d",
             kernel_initializer=conv_kernel_initializer(), dtype=self.dtype_policy), config)
         self.bn = batch_norm(config, "tpu_batch_normalization", self.dtype_policy)
         self.act = output_point(config, "output_quant", config.act_type, self.dtype_policy)
+
+    def conv_bn_pairs(self):
+        return [(self.conv, self.bn)]
 
     def call(self, images, training=False):
         return self.act(self.bn(self.conv(images), training=bn_training(training, self.config)))

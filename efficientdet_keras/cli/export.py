@@ -47,6 +47,12 @@ flags.DEFINE_string("representative_data", "",
                     "checks (needed for int8).")
 flags.DEFINE_integer("num_calibration_images", 100, "tflite int8: images used for calibration.",
                      lower_bound=1)
+flags.DEFINE_boolean("fold_batch_norm", True,
+                     "saved_model: run the network with every BatchNorm folded into its conv "
+                     "(the same detections, fewer kernels; --nofold_batch_norm keeps them).")
+flags.DEFINE_enum("serving_precision", "", ["", "float32", "bfloat16", "float16"],
+                  "saved_model: the network's compute precision (needs --fold_batch_norm); "
+                  "empty: the config's mixed_precision.")
 flags.DEFINE_boolean("check_parity", True,
                      "tflite: after writing, compare the .tflite with the Keras model and the "
                      "detection SavedModel; exit 1 when a check fails.")
@@ -67,7 +73,8 @@ def export():
         path = export_feature_module(model, FLAGS.export_dir)
     else:
         from efficientdet_keras.export.saved_model import export_detector
-        path = export_detector(model, FLAGS.export_dir)
+        path = export_detector(model, FLAGS.export_dir, FLAGS.fold_batch_norm,
+                               FLAGS.serving_precision or None)
     print("Exported %s to %s" % ("TF-Hub feature module" if FLAGS.format == "hub"
                                  else "detection SavedModel", path))
 

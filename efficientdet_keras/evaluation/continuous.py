@@ -28,6 +28,7 @@ from efficientdet_keras.fileio import write_json_atomically
 from efficientdet_keras.evaluation.runner import (EvaluationTiming, evaluate_dataset,
                                                   make_detect_fns)
 from efficientdet_keras.model import EfficientDetNet
+from efficientdet_keras.model.folding import can_fold, fold_batch_norms, fold_into
 
 _CKPT_NAME = re.compile(r"^ckpt-(\d+)$")
 
@@ -72,7 +73,10 @@ class CheckpointEvaluation:
         label_map = config.label_map if isinstance(config.label_map, dict) else None
         self.evaluator = COCOEvaluator(annotation_file, label_map=label_map, backend=backend)
         self.model = EfficientDetNet(config=config)
-        self.detect_fns = make_detect_fns(self.model, config)
+        # What runs: BatchNorm folded into the convs (model/folding.py), re-folded for each
+        # checkpoint into the same copy so its traced functions are reused.
+        self.network = fold_batch_norms(self.model) if can_fold(config) else self.model
+        self.detect_fns = make_detect_fns(self.network, config)
         self.max_images, self.use_ema, self.progress = max_images, use_ema, progress
         self.on_detections = on_detections
 
@@ -81,7 +85,9 @@ class CheckpointEvaluation:
         report = restore_ckpt(self.model, checkpoint, use_ema=self.use_ema, skip_mismatch=False)
         logging.info("Evaluating %s (%s weights)", report.path,
                      "EMA" if report.loaded_from_ema else "plain")
-        metrics, timing = evaluate_dataset(self.model, self.pipeline(), self.config,
+        if self.network is not self.model:
+            fold_into(self.model, self.network)
+        metrics, timing = evaluate_dataset(self.network, self.pipeline(), self.config,
                                            self.evaluator, max_images=self.max_images,
                                            progress=self.progress, detect_fns=self.detect_fns,
                                            on_detections=self.on_detections)

@@ -22,10 +22,23 @@ import tensorflow as tf
 from efficientdet_keras.checkpoint import ensure_built
 from efficientdet_keras.data.augment import resize_crop_pad
 from efficientdet_keras.fileio import fsync_tree, write_json_atomically
+from efficientdet_keras.model.folding import can_fold, fold_batch_norms
 from efficientdet_keras.optimization import strip_for_export
 from efficientdet_keras.postprocess import postprocess_detections
 
 LABEL_MAP_FILE = "label_map.json"
+
+
+def inference_network(model, fold_batch_norm: bool = True, mixed_precision=None):
+    """The network to serve or evaluate `model` with (its current weights): BatchNorm
+    folded into the convs when asked and possible, at `mixed_precision` (None: the model's).
+    """
+    if fold_batch_norm and can_fold(model.config):
+        return fold_batch_norms(model, mixed_precision)
+    if mixed_precision is not None and mixed_precision != model.config.mixed_precision:
+        raise ValueError("mixed_precision=%r needs fold_batch_norm (a folded copy is what "
+                         "runs at another precision)" % (mixed_precision,))
+    return model
 
 
 def preprocess_image(image: tf.Tensor, config):
@@ -85,20 +98,26 @@ class DetectionModule(tf.Module):
         return self.detect_encoded(parsed["image/encoded"])
 
 
-def export_detector(model, export_dir: str) -> str:
+def export_detector(model, export_dir: str, fold_batch_norm: bool = True,
+                    mixed_precision=None) -> str:
     """Writes the serving SavedModel of `model` (EMA weights when it keeps them), atomically.
 
     A pruned model is exported without its wrappers, its kernels masked (strip_for_export).
+    With `fold_batch_norm` (the default) the SavedModel runs the network with every BatchNorm
+    folded into its conv (model/folding.py: the same outputs, fewer and fused kernels);
+    quantization-aware models are exported unfolded. `mixed_precision` ("bfloat16",
+    "float16") sets the exported network's compute precision; None keeps the model's.
     """
     ensure_built(model)  # Variables must exist before tracing, to be saved with it.
     model = strip_for_export(model)
     ema = getattr(model, "ema", None)
-    module = DetectionModule(model, model.config)
-    signatures = {"serving_default": module.detect_images,
-                  "image_bytes": module.detect_encoded,
-                  "tf_example": module.detect_examples}
     tmp_dir = export_dir.rstrip("/") + ".tmp"
     with ema.swapped_in() if ema is not None else contextlib.nullcontext():
+        network = inference_network(model, fold_batch_norm, mixed_precision)
+        module = DetectionModule(network, network.config)
+        signatures = {"serving_default": module.detect_images,
+                      "image_bytes": module.detect_encoded,
+                      "tf_example": module.detect_examples}
         tf.saved_model.save(module, tmp_dir, signatures=signatures)
     label_map = model.config.label_map
     if isinstance(label_map, dict):  # Class names for whoever serves or draws the detections.

@@ -11,7 +11,7 @@ from typing import List, Optional, Sequence
 import tensorflow as tf
 import tf_keras as keras
 
-from efficientdet_keras.model.layers import batch_norm, bn_training, output_point
+from efficientdet_keras.model.layers import batch_norm, bn_training, conv_uses_bias, output_point
 from efficientdet_keras.optimization import wrap_layer
 
 FUSION_METHODS = ("fastattn", "attn", "channel_attn", "channel_fastattn", "sum")
@@ -81,6 +81,10 @@ class ResampleFeatureMap(keras.layers.Layer):
             self.pool = pool[config.pooling_type](pool_size=stride + 1, strides=stride,
                                                   padding="same", dtype=self.dtype_policy)
 
+    def conv_bn_pairs(self):
+        """(conv, BatchNorm) pairs that model/folding.py folds (none without the BatchNorm)."""
+        return [(self.conv2d, self.bn)] if self.bn is not None else []
+
     def _adapt_channels(self, x, training):
         if x.shape[-1] == self.filters:
             return x
@@ -113,7 +117,8 @@ class OpAfterCombine(keras.layers.Layer):
         self.config = config
         conv_class = (keras.layers.SeparableConv2D if config.separable_conv else keras.layers.Conv2D)
         self.conv = wrap_layer(conv_class(config.fpn_num_filters, 3, padding="same",
-                                          use_bias=not config.conv_bn_act_pattern, name="conv",
+                                          use_bias=conv_uses_bias(config, not config.conv_bn_act_pattern),
+                                          name="conv",
                                           dtype=self.dtype_policy), config)
         self.bn = batch_norm(config, "bn", self.dtype_policy)
         # The activation comes before the conv (on the fused sum) or after the BatchNorm.
@@ -122,6 +127,9 @@ class OpAfterCombine(keras.layers.Layer):
                                       self.dtype_policy)
         self.output_act = output_point(config, "output_quant",
                                        None if act_first else config.act_type, self.dtype_policy)
+
+    def conv_bn_pairs(self):
+        return [(self.conv, self.bn)]
 
     def call(self, x, training=False):
         x = self.conv(self.input_act(x))

@@ -11,7 +11,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from efficientdet_keras.model.layers import (batch_norm, bn_training, class_bias_initializer,
-                                             drop_connect, output_point)
+                                             drop_connect, folds_batch_norm, output_point)
 from efficientdet_keras.optimization import wrap_layer
 
 
@@ -32,8 +32,16 @@ class PredictionHead(keras.layers.Layer):
         self.config = config
         self.levels = list(range(config.min_level, config.max_level + 1))
         policy = self.dtype_policy
-        self.convs = [self._conv(config.fpn_num_filters, "%s-%d" % (kind, i), "zeros")
-                      for i in range(config.box_class_repeats)]
+        if folds_batch_norm(config):
+            # Each level's BatchNorm scales the shared conv differently: one conv per level.
+            self.convs = []
+            self.level_convs = [[self._conv(config.fpn_num_filters,
+                                            "%s-%d-level-%d" % (kind, i, level), "zeros")
+                                 for level in self.levels]
+                                for i in range(config.box_class_repeats)]
+        else:
+            self.convs = [self._conv(config.fpn_num_filters, "%s-%d" % (kind, i), "zeros")
+                          for i in range(config.box_class_repeats)]
         self.bns = [[batch_norm(config, "%s-%d-bn-%d" % (kind, i, level), policy)
                      for level in self.levels] for i in range(config.box_class_repeats)]
         self.acts = [[output_point(config, "%s-%d-act-%d" % (kind, i, level), config.act_type,
@@ -61,14 +69,27 @@ class PredictionHead(keras.layers.Layer):
                 bias_initializer=bias_initializer, dtype=self.dtype_policy)
         return wrap_layer(conv, self.config)
 
+    def conv_at(self, repeat: int, level_index: int) -> keras.layers.Layer:
+        """The conv of `repeat` at a level: shared by all levels, unless BatchNorm is folded."""
+        if folds_batch_norm(self.config):
+            return self.level_convs[repeat][level_index]
+        return self.convs[repeat]
+
+    def conv_bn_pairs(self):
+        """(conv, BatchNorm) pairs that model/folding.py folds: one per repeat and level."""
+        return [(self.conv_at(i, level_index), self.bns[i][level_index])
+                for i in range(self.config.box_class_repeats)
+                for level_index in range(len(self.levels))]
+
     def head_features(self, features: List[tf.Tensor], training=False) -> List[tf.Tensor]:
         """The shared convs and per-level BatchNorms: what the prediction conv sees, per level."""
         bn_mode = bn_training(training, self.config)
         survival_prob = self.config.survival_prob
         outputs = []
         for level_index, x in enumerate(features):
-            for i, conv in enumerate(self.convs):
+            for i in range(self.config.box_class_repeats):
                 residual = x
+                conv = self.conv_at(i, level_index)
                 x = self.acts[i][level_index](self.bns[i][level_index](conv(x), training=bn_mode))
                 # The released models use a residual only when survival_prob is set.
                 if i > 0 and survival_prob:

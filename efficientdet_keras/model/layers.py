@@ -72,12 +72,28 @@ def uses_sync_batch_norm(config) -> bool:
     return bool(sync)
 
 
-def batch_norm(config, name: str, dtype=None) -> keras.layers.BatchNormalization:
+def folds_batch_norm(config) -> bool:
+    """Whether the model is built for inference with BatchNorm folded into its convs."""
+    return bool(config.get("fold_batch_norm", False))
+
+
+def conv_uses_bias(config, use_bias: bool) -> bool:
+    """A conv followed by BatchNorm gets a bias when the BatchNorm is folded into it."""
+    return use_bias or folds_batch_norm(config)
+
+
+def batch_norm(config, name: str, dtype=None) -> keras.layers.Layer:
     """BatchNorm with the config's momentum and epsilon (and Batch Renormalization when
     config.batch_norm_renorm: training-mode outputs corrected towards the moving statistics,
     which inference uses, with the same momentum), synchronised across replicas when
     `uses_sync_batch_norm(config)`. The variables are the same either way, so checkpoints
-    load into both."""
+    load into both.
+
+    With config.fold_batch_norm it is an identity: the conv before it carries its scale and
+    shift (model/folding.py), so inference runs conv + bias + activation, which oneDNN and
+    cuDNN fuse into one kernel."""
+    if folds_batch_norm(config):
+        return keras.layers.Identity(name=name, dtype=dtype)
     renorm = bool(config.get("batch_norm_renorm", False))
     return keras.layers.BatchNormalization(
         momentum=config.batch_norm_momentum, epsilon=config.batch_norm_epsilon,

@@ -52,6 +52,9 @@ class EfficientDetNetTrain(EfficientDetNet):
                  **kwargs):
         if config is None:
             config = get_efficientdet_config(model_name or "efficientdet-d0")
+        if config.get("fold_batch_norm"):
+            raise ValueError("fold_batch_norm is for inference (export and evaluation fold "
+                             "BatchNorm themselves); a model to train needs its BatchNorms")
         super().__init__(config=config, **kwargs)
         self.build_variables()  # Names and freezing need the variables.
         self._freeze_pattern = (re.compile(self.config.var_freeze_expr)
