@@ -55,10 +55,27 @@ def validation_metrics(logs) -> Dict[str, float]:
             if key.startswith(_VAL_PREFIX) and np.ndim(value) == 0}
 
 
+@contextlib.contextmanager
 def ema_weights(model):
-    """A context in which the model holds its EMA weights (if it keeps any)."""
+    """A context in which the model holds its EMA weights (if it keeps any).
+
+    Under multi-worker training each swap's cross-replica reads are batched
+    (on_read_variables_reduced_together); elsewhere it is ema.swapped_in().
+    """
     ema = getattr(model, "ema", None)
-    return contextlib.nullcontext() if ema is None else ema.swapped_in()
+    strategy = getattr(model, "distribute_strategy", None)
+    if ema is None or not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        with ema.swapped_in() if ema is not None else contextlib.nullcontext():
+            yield
+        return
+    swapped = list(ema.shadows) + list(ema._sources)
+    with on_read_variables_reduced_together(swapped, strategy):
+        ema._swap()
+    try:
+        yield
+    finally:
+        with on_read_variables_reduced_together(swapped, strategy):
+            ema._swap()
 
 
 class EvaluationLosses:
@@ -231,8 +248,11 @@ class CheckpointCallback(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         ema = getattr(self.model, "ema", None)
-        prefix = save_ckpt(self.model, os.path.join(self.model_dir, "ckpt-%d" % (epoch + 1)),
-                           ema_values=ema.values_by_name() if ema is not None else None)
+        with on_read_variables_reduced_together(
+                list(self.model.variables) + (list(ema.shadows) if ema is not None else []),
+                self.model.distribute_strategy):
+            prefix = save_ckpt(self.model, os.path.join(self.model_dir, "ckpt-%d" % (epoch + 1)),
+                               ema_values=ema.values_by_name() if ema is not None else None)
         copy_checkpoint(prefix, os.path.join(self.model_dir, LAST_CHECKPOINT), hard_link=True)
         self._remove_old_checkpoints()
         if logs and self.monitor in logs:
@@ -366,12 +386,54 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         self._training_state._ckpt_saved_epoch.assign(epoch)
         self._training_state._ckpt_saved_batch.assign(batch)
         try:
-            super()._backup(epoch, batch)
+            with on_read_variables_reduced_together(_checkpointed_variables(self.model),
+                                                    self.model.distribute_strategy):
+                super()._backup(epoch, batch)
         except (OSError, tf.errors.OpError) as e:  # Disk full: one line, not a stack trace.
             raise write_error(self.backup_dir, e) from None
         self._steps_since_backup = 0
         logging.vlog(1, "Backed up step %d in %s", int(self.model.optimizer.iterations.numpy()),
                      self.backup_dir)
+
+
+def _on_read_means(variables):
+    """The synchronised-on-read MEAN variables among `variables`."""
+    return [v for v in variables
+            if isinstance(v, tf.distribute.DistributedValues) and isinstance(v, tf.Variable)
+            and v.synchronization == tf.VariableSynchronization.ON_READ
+            and v.aggregation == tf.VariableAggregation.MEAN and v.dtype.is_floating]
+
+
+@contextlib.contextmanager
+def on_read_variables_reduced_together(variables, strategy):
+    """Under MultiWorkerMirroredStrategy, makes the cross-replica reads of `variables`
+    that are synchronised on read (BatchNorm moving statistics and their EMA shadows)
+    take their values from one batched all-reduce done on entry, instead of one eager
+    collective per variable and read, as TensorFlow does (about 25 ms each on loopback:
+    a backup of a D0, with its EMA, took 10-14 s against well under 1 s in one process).
+
+    The values read are the same cross-replica means, computed on entry: use it only
+    around code that reads each such variable before writing it (a checkpoint save, an
+    EMA swap). They reach the reads through each variable's `_get_cross_replica` (what a
+    checkpoint's save spec and a cross-replica read call) until the block ends.
+    Elsewhere (one process, MirroredStrategy) it does nothing.
+    """
+    on_read = (_on_read_means(variables)
+               if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) else [])
+    reduced = strategy.extended.batch_reduce_to(
+        tf.distribute.ReduceOp.MEAN, [(v, v) for v in on_read]) if on_read else []
+    means = [strategy.experimental_local_results(value)[0] for value in reduced]
+    try:
+        for variable, mean in zip(on_read, means):
+            variable._get_cross_replica = (lambda mean=mean: mean)
+        yield
+    finally:
+        for variable in on_read:
+            variable.__dict__.pop("_get_cross_replica", None)
+
+
+def _checkpointed_variables(root):
+    return [t for t in tf.train.TrackableView(root).descendants() if isinstance(t, tf.Variable)]
 
 
 def remove_interrupted_backup_writes(checkpoints_dir: str) -> None:
