@@ -36,3 +36,4 @@ bench: $(STAMP)
 	$(BIN)/python tools/bench.py --what=serve --image_size=512
 	$(BIN)/python tools/bench.py --what=tflite --model_dir=runs/demo
 	$(BIN)/python tools/bench.py --what=short_runs
+	$(BIN)/python tools/bench.py --what=speed --model_dir=runs/demo

@@ -23,6 +23,10 @@ Benchmarks:
   kills        a small demo training run killed with SIGKILL at --kills random moments (seeded
                by --kill_seed) and restarted each time: steps lost per kill, and whether the
                run still ends with the step count of an unkilled one.
+  speed        D0 on today's float32 path against the best one (mixed precision, BatchNorm
+               folded; cli/speed_bench.py SPEED_PATHS), side by side: training images/s at 256
+               and 512 px, batch 4 and 8; batch-1 latency at 512 px, network only and JPEG to
+               detections; time to the first step; peak training memory; demo AP and AP50.
 """
 
 import os
@@ -39,7 +43,7 @@ from efficientdet_keras.cli.common import HPARAMS_HELP, run_app  # noqa: E402
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("what", "postprocess",
                   ["postprocess", "pipeline", "eval", "train", "serve", "kills", "tflite",
-                   "short_runs", "augment"],
+                   "short_runs", "augment", "speed"],
                   "Which benchmark to run.")
 flags.DEFINE_integer("eval_images", 500, "eval: how many synthetic images to evaluate.")
 flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDet family.")
@@ -76,6 +80,13 @@ flags.DEFINE_bool("train_step", True, "augment: also time a train step of --mode
 flags.DEFINE_string("data_dir", "/tmp/efficientdet_bench_data",
                     "pipeline, augment: where the synthetic benchmark data is written (and "
                     "reused).")
+# speed: the row groups, in table order (cli/speed_bench.py).
+SPEED_ROWS = ("train_256_4", "train_256_8", "train_512_4", "train_512_8", "network", "end_to_end",
+              "first_step", "memory", "ap")
+flags.DEFINE_list("speed_rows", list(SPEED_ROWS),
+                  "speed: the rows to measure, of %s." % ", ".join(SPEED_ROWS))
+flags.DEFINE_float("speed_scale", 1.0, "speed, for tests: multiplies every input size "
+                   "(0.25: 512 -> 128 px, 256 -> 64 px).")
 flags.DEFINE_integer("pipeline_images", 256, "pipeline, augment: how many synthetic 640x480 "
                      "training images to write to --data_dir.", lower_bound=8)
 
@@ -524,6 +535,12 @@ def bench_short_runs(config) -> None:
     run_all(FLAGS.short_runs, os.path.join(FLAGS.data_dir, "short_runs"), FLAGS.hparams or None)
 
 
+def bench_speed(config) -> None:
+    """The speed table (cli/speed_bench.py): imported here, as it imports this module."""
+    from efficientdet_keras.cli.speed_bench import bench_speed as run_speed
+    run_speed(config)
+
+
 def main(argv):
     del argv
     from efficientdet_keras import get_efficientdet_config
@@ -534,12 +551,15 @@ def main(argv):
             config.override({"image_size": FLAGS.image_size})
         if FLAGS.what == "augment":
             check_augment_options()
+        if FLAGS.what == "speed":
+            from efficientdet_keras.cli.speed_bench import check_speed_flags
+            check_speed_flags()
     except ValueError as e:
         sys.exit("efficientdet-bench: %s" % e)
     {"postprocess": bench_postprocess, "pipeline": bench_pipeline, "eval": bench_eval,
      "train": bench_train, "serve": bench_serve, "kills": bench_kills,
      "tflite": bench_tflite, "short_runs": bench_short_runs,
-     "augment": bench_augment}[FLAGS.what](config)
+     "augment": bench_augment, "speed": bench_speed}[FLAGS.what](config)
 
 
 def run():

@@ -1,0 +1,358 @@
+"""efficientdet-bench --what=speed: one table of D0's speed on today's float32 path against the
+best path the package offers (SPEED_PATHS), measured in the same run.
+
+Every measurement runs in a fresh child process (`python -m efficientdet_keras.cli.speed_bench
+--measure=... --path=...`), so the two paths share no memory, traces or oneDNN caches, and the
+time to the first step and the peak memory are those of a process that does nothing else. Each
+child prints one JSON line; the parent prints the table.
+"""
+
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+from efficientdet_keras.cli.bench import (FLAGS, SPEED_ROWS,  # noqa: E402
+                                          demo_validation_data, keras_metrics, median_seconds,
+                                          step_end_recorder)
+
+# The two columns. train_hparams: config overrides for training; infer_precision: the
+# inference network's mixed_precision (None: float32); fold: BatchNorm folded into the convs
+# for inference (model/folding.py). XLA stays off on both: on a CPU it compiles for twice as
+# long and then trains several times slower (README, Training speed). Training stays float32
+# on the best path too: with mixed_precision=bfloat16 a D0 step ran at 0.44-0.74x the float32
+# speed on this AVX512-BF16 CPU (oneDNN's bfloat16 depthwise backward and Eigen's bfloat16
+# sigmoid are several times slower than in float32; README, Speed).
+SPEED_PATHS = {
+    "float32": {"train_hparams": "", "infer_precision": None, "fold": False},
+    "best": {"train_hparams": "", "infer_precision": "bfloat16", "fold": True},
+}
+# The training rows' (size, batch), fixed by the issue; --speed_scale divides the sizes.
+TRAIN_SHAPES = ((256, 4), (256, 8), (512, 4), (512, 8))
+FIRST_STEP_SHAPE = (256, 4)
+MEMORY_SHAPE = (512, 8)
+INFERENCE_SIZE = 512
+JPEG_SIZE = (480, 640)  # The end-to-end row's input: one 640x480 JPEG (height, width).
+WARMUP_STEPS = 2  # Training steps left out of the median (tracing, first oneDNN calls).
+MEMORY_STEPS = 3  # Steps of the memory child when the training rows are not asked for.
+
+
+def check_speed_flags() -> None:
+    """Raises ValueError naming the flag when --speed_rows or --speed_scale is unusable."""
+    unknown = [row for row in FLAGS.speed_rows if row not in SPEED_ROWS]
+    if unknown or not FLAGS.speed_rows:
+        raise ValueError("--speed_rows: unknown row(s) %s; choose from %s"
+                         % (", ".join(map(repr, unknown)) or "(none given)",
+                            ", ".join(SPEED_ROWS)))
+    if not 0 < FLAGS.speed_scale <= 1:
+        raise ValueError("--speed_scale: must be in (0, 1]; got %g" % FLAGS.speed_scale)
+    for size in (256, 512):
+        if scaled(size) % 64:  # D0's levels 3-7 need the input to halve cleanly.
+            raise ValueError("--speed_scale: %g makes %d px into %d px, not a multiple of 64"
+                             % (FLAGS.speed_scale, size, scaled(size)))
+
+
+def train_row(shape) -> str:
+    """The --speed_rows name of a training row: train_<size>_<batch> (the issue's sizes)."""
+    return "train_%d_%d" % shape
+
+
+def scaled(size: int) -> int:
+    """An input size of the issue's table after --speed_scale (1: as is)."""
+    return int(round(size * FLAGS.speed_scale))
+
+
+# --- the children: one measurement each, printed as one JSON line --------------------------
+
+def path_config(path: str, image_size: int, batch_size: int, training: bool):
+    """The config of --model_name (plus --hparams) at a size and batch, with the path's
+    training overrides when `training`."""
+    from efficientdet_keras import get_efficientdet_config
+    config = get_efficientdet_config(FLAGS.model_name)
+    config.override(FLAGS.hparams)
+    config.override({"image_size": image_size, "batch_size": batch_size, "num_classes": 4})
+    if training:
+        config.override(SPEED_PATHS[path]["train_hparams"])
+    return config
+
+
+def training_data(image_size: int):
+    """The synthetic training images of one size (written once in --data_dir, then reused)."""
+    from efficientdet_keras.data.synthetic import write_synthetic_dataset
+    return write_synthetic_dataset(os.path.join(FLAGS.data_dir, "speed-%d" % image_size),
+                                   num_train=16, num_val=1, image_size=image_size, seed=2)
+
+
+def measure_train(path: str) -> dict:
+    """EfficientDetNetTrain.fit at --image_size and --batch_size for --train_steps: images/s
+    (median of the steps after the first WARMUP_STEPS), seconds from building the model to
+    the end of the first step, and this process's peak resident memory."""
+    from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
+    from efficientdet_keras.training.trainer import EfficientDetNetTrain
+
+    config = path_config(path, FLAGS.image_size, FLAGS.batch_size, training=True)
+    pipeline = InputPipeline(config, TFRecordSource(training_data(FLAGS.image_size)
+                                                    .train_tfrecord), is_training=True, seed=0)
+    dataset = pipeline().take(1).cache().repeat()  # Measure the step, not the input.
+    next(iter(dataset))
+    start = time.perf_counter()
+    model = EfficientDetNetTrain(config)
+    model.compile(steps_per_epoch=FLAGS.train_steps)
+    recorder = step_end_recorder()
+    model.fit(dataset, epochs=1, steps_per_epoch=FLAGS.train_steps, callbacks=[recorder],
+              verbose=0)
+    step_times = [b - a for a, b in zip(recorder.ends[WARMUP_STEPS - 1:-1],
+                                        recorder.ends[WARMUP_STEPS:])]
+    result = {"first_step_s": recorder.ends[0] - start, "max_rss_mb": max_rss_megabytes()}
+    if step_times:
+        result["images_per_s"] = FLAGS.batch_size / statistics.median(step_times)
+    return result
+
+
+def max_rss_megabytes() -> float:
+    """Peak resident memory of this process in MB (10^6 bytes; Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6
+
+
+def inference_model(path: str):
+    """An untrained --model_name network at --image_size, and what the path serves: itself
+    (float32 path) or its BatchNorm-folded copy at the path's precision."""
+    from efficientdet_keras import EfficientDetNet
+    from efficientdet_keras.export.saved_model import inference_network
+
+    model = EfficientDetNet(config=path_config(path, FLAGS.image_size, 1, training=False))
+    model.build_variables()
+    spec = SPEED_PATHS[path]
+    return model, inference_network(model, spec["fold"], spec["infer_precision"])
+
+
+def measure_network(path: str) -> dict:
+    """Median ms of the network alone (a tf.function of it) on one image."""
+    import tensorflow as tf
+
+    _, network = inference_model(path)
+    images = tf.random.uniform([1, FLAGS.image_size, FLAGS.image_size, 3], -2.0, 2.0, seed=1)
+    forward = tf.function(lambda x: network(x, training=False))
+    seconds = median_seconds(lambda: [o.numpy() for o in forward(images)[0]], FLAGS.repeats)
+    return {"network_ms": seconds * 1e3}
+
+
+def measure_end_to_end(path: str) -> dict:
+    """Median ms of the detection SavedModel (the path's folding and precision) on one
+    640x480 JPEG through its image_bytes signature: decode, preprocess, network, NMS."""
+    import numpy as np
+    import tensorflow as tf
+
+    from efficientdet_keras.export.saved_model import export_detector
+
+    model, _ = inference_model(path)
+    spec = SPEED_PATHS[path]
+    export_dir = os.path.join(tempfile.mkdtemp(prefix="efficientdet_speed_"), "saved_model")
+    export_detector(model, export_dir, fold_batch_norm=spec["fold"],
+                    mixed_precision=spec["infer_precision"])
+    detect = tf.saved_model.load(export_dir).signatures["image_bytes"]
+    pixels = np.random.default_rng(0).integers(0, 256, JPEG_SIZE + (3,), dtype=np.uint8)
+    images = tf.constant([tf.io.encode_jpeg(pixels).numpy()])
+    seconds = median_seconds(lambda: detect(images=images)["num_detections"].numpy(),
+                             FLAGS.repeats)
+    return {"end_to_end_ms": seconds * 1e3}
+
+
+def measure_ap(path: str) -> dict:
+    """AP and AP50 of the demo run in --model_dir: the unfolded float32 model on the float32
+    path, the path's inference network (folded, its precision) otherwise."""
+    from efficientdet_keras.cli.common import load_model_and_config
+    from efficientdet_keras.export.saved_model import inference_network
+
+    data = demo_validation_data(FLAGS.model_dir)
+    model, config = load_model_and_config(FLAGS.model_dir, "", FLAGS.model_name, FLAGS.hparams)
+    spec = SPEED_PATHS[path]
+    network = inference_network(model, spec["fold"], spec["infer_precision"])
+    metrics = keras_metrics(network, network.config, data)
+    return {"AP": float(metrics["AP"]), "AP50": float(metrics["AP50"])}
+
+
+MEASURES = {"train": measure_train, "network": measure_network, "end_to_end": measure_end_to_end,
+            "ap": measure_ap}
+
+
+def child_main(argv) -> None:
+    """A child's main: one measurement (--measure) of one path (--path), as a JSON line."""
+    del argv
+    print(json.dumps(MEASURES[FLAGS.measure](FLAGS.path)), flush=True)
+
+
+# --- the parent: run the children, print the table -----------------------------------------
+
+def child_command(measure: str, path: str, image_size: int, batch_size: int,
+                  train_steps: int = 0):
+    """The command line of one child; it inherits the parent's shared flags."""
+    command = [sys.executable, "-m", "efficientdet_keras.cli.speed_bench",
+               "--measure=%s" % measure, "--path=%s" % path, "--image_size=%d" % image_size,
+               "--batch_size=%d" % batch_size, "--train_steps=%d" % train_steps,
+               "--repeats=%d" % FLAGS.repeats, "--model_name=%s" % FLAGS.model_name,
+               "--hparams=%s" % FLAGS.hparams, "--data_dir=%s" % FLAGS.data_dir,
+               "--model_dir=%s" % FLAGS.model_dir]
+    return command
+
+
+def child_environment() -> dict:
+    """The parent's environment, with Keras 2 and this package importable (a checkout run by
+    tools/bench.py is not installed)."""
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def parse_child_output(stdout: str, stderr: str, command) -> dict:
+    """The JSON line a child printed last; RuntimeError with its stderr's end when none."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RuntimeError("%s printed no result:\n%s" % (" ".join(command[3:5]), stderr[-3000:]))
+
+
+def run_child(measure: str, path: str, image_size: int, batch_size: int,
+              train_steps: int = 0) -> dict:
+    """Runs one child to the end and returns its result."""
+    command = child_command(measure, path, image_size, batch_size, train_steps)
+    result = subprocess.run(command, capture_output=True, text=True, env=child_environment())
+    if result.returncode != 0:
+        raise RuntimeError("%s failed:\n%s" % (" ".join(command[3:5]), result.stderr[-3000:]))
+    return parse_child_output(result.stdout, result.stderr, command)
+
+
+def train_runs(rows):
+    """{(size, batch): steps} of the training children the asked rows need: the training rows
+    time --repeats steps after the warm-up; the first-step and memory rows read the same
+    children (fresh processes) or, alone, a short run of their own."""
+    runs = {shape: WARMUP_STEPS + FLAGS.repeats for shape in TRAIN_SHAPES
+            if train_row(shape) in rows}
+    if "first_step" in rows:
+        runs.setdefault(FIRST_STEP_SHAPE, 1)
+    if "memory" in rows:
+        runs.setdefault(MEMORY_SHAPE, MEMORY_STEPS)
+    return runs
+
+
+def measure_all(rows) -> dict:
+    """{path: {key: value}} of every child the rows need, keys named by what they hold
+    (train_256_4, first_step_s, memory_mb, network_ms, end_to_end_ms, AP, AP50)."""
+    results = {path: {} for path in SPEED_PATHS}
+    for size, batch in train_runs(rows):
+        training_data(scaled(size))  # Written here once, not inside a timed child.
+    for path, values in results.items():
+        for (size, batch), steps in train_runs(rows).items():
+            trained = run_child("train", path, scaled(size), batch, steps)
+            if "images_per_s" in trained:
+                values[train_row((size, batch))] = trained["images_per_s"]
+            if (size, batch) == FIRST_STEP_SHAPE:
+                values["first_step_s"] = trained["first_step_s"]
+            if (size, batch) == MEMORY_SHAPE:
+                values["memory_mb"] = trained["max_rss_mb"]
+        for measure in ("network", "end_to_end"):
+            if measure in rows:
+                values.update(run_child(measure, path, scaled(INFERENCE_SIZE), 1))
+        if "ap" in rows and has_demo_run(FLAGS.model_dir):
+            values.update(run_child("ap", path, scaled(INFERENCE_SIZE), 8))
+    return results
+
+
+def has_demo_run(model_dir: str) -> bool:
+    from efficientdet_keras.data.synthetic import MANIFEST_NAME
+    return os.path.exists(os.path.join(model_dir, "synthetic", MANIFEST_NAME))
+
+
+def table_rows(rows):
+    """[(label, result key, value format)] of the asked rows, in table order."""
+    table = [("training %d px batch %d (img/s)" % (scaled(size), batch), train_row((size, batch)),
+              "%.2f") for size, batch in TRAIN_SHAPES if train_row((size, batch)) in rows]
+    size = scaled(INFERENCE_SIZE)
+    if "network" in rows:
+        table.append(("latency %d px batch 1, network (ms)" % size, "network_ms", "%.1f"))
+    if "end_to_end" in rows:
+        table.append(("latency %d px batch 1, JPEG to detections (ms)" % size, "end_to_end_ms",
+                      "%.1f"))
+    if "first_step" in rows:
+        table.append(("time to first step, %d px batch %d (s)"
+                      % (scaled(FIRST_STEP_SHAPE[0]), FIRST_STEP_SHAPE[1]), "first_step_s",
+                      "%.1f"))
+    if "memory" in rows:
+        table.append(("peak memory, training %d px batch %d (MB)"
+                      % (scaled(MEMORY_SHAPE[0]), MEMORY_SHAPE[1]), "memory_mb", "%.0f"))
+    if "ap" in rows:
+        table += [("demo AP", "AP", "%.4f"), ("demo AP50", "AP50", "%.4f")]
+    return table
+
+
+def ratio_cell(float32_text: str, best_text: str) -> str:
+    """best/float32 of two printed values (so the ratio matches the table), 'n/a' for a zero."""
+    base = float(float32_text)
+    return "%.2f" % (float(best_text) / base) if base else "n/a"
+
+
+def format_table(results, rows, model_dir: str) -> str:
+    """The Markdown table: a row per measurement, the two paths and their ratio."""
+    lines = ["| measurement | float32 | best | best/float32 |", "|---|---|---|---|"]
+    for label, key, fmt in table_rows(rows):
+        if key not in results["float32"]:  # Only the AP rows may be missing (no demo run).
+            cells = ["n/a (no demo run in %s: make demo)" % model_dir, "", ""]
+        else:
+            cells = [fmt % results[path][key] for path in SPEED_PATHS]
+            cells.append(ratio_cell(*cells))
+        lines.append("| %s | %s |" % (label, " | ".join(cells)))
+    return "\n".join(lines)
+
+
+def machine_line() -> str:
+    """CPU model (/proc/cpuinfo), core count and TensorFlow version."""
+    import tensorflow as tf
+    cpu = "unknown CPU"
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f
+                     if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    return "%s, %d cores, TensorFlow %s" % (cpu, os.cpu_count(), tf.__version__)
+
+
+def describe_path(name: str) -> str:
+    spec = SPEED_PATHS[name]
+    return "%s: training %s; inference %s, BatchNorm %s; no XLA" % (
+        name, spec["train_hparams"] or "float32", spec["infer_precision"] or "float32",
+        "folded" if spec["fold"] else "unfolded")
+
+
+def bench_speed(config) -> None:
+    """The speed table of --model_name (--speed_rows), each figure from a fresh process."""
+    del config  # Each child builds its own from --model_name and --hparams.
+    rows = [row for row in SPEED_ROWS if row in FLAGS.speed_rows]
+    results = measure_all(rows)
+    print("%s on %s" % (FLAGS.model_name, machine_line()))
+    print("medians of %d runs (training: %d steps after %d warm-up steps; first step and "
+          "memory: one fresh process each, memory after the training steps)"
+          % (FLAGS.repeats, FLAGS.repeats, WARMUP_STEPS))
+    for name in SPEED_PATHS:
+        print(describe_path(name))
+    print(format_table(results, rows, FLAGS.model_dir))
+
+
+def define_child_flags() -> None:
+    """The child's own flags (the parent's shared ones come from cli/bench.py)."""
+    from absl import flags
+    flags.DEFINE_enum("measure", "train", list(MEASURES), "What this child measures.")
+    flags.DEFINE_enum("path", "float32", list(SPEED_PATHS), "Which path it measures.")
+    flags.DEFINE_integer("train_steps", 0, "train: steps to run.")
+
+
+if __name__ == "__main__":
+    from efficientdet_keras.cli.common import run_app
+    define_child_flags()
+    run_app(child_main, __name__)

@@ -1,0 +1,67 @@
+"""efficientdet-bench --what=speed (cli/speed_bench.py): the float32 and best paths side by side,
+each figure from a child process; a tiny run and the table's parsing and ratios."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO_ROOT
+from efficientdet_keras.cli.speed_bench import SPEED_PATHS, parse_child_output, ratio_cell
+
+
+# Smaller BiFPN and heads and a frozen backbone: the children trace in seconds, not minutes.
+SMALL_D0 = "fpn_num_filters=16,fpn_cell_repeats=1,box_class_repeats=1,var_freeze_expr=efficientnet"
+
+
+def run_bench(*args, cwd):
+    return subprocess.run([sys.executable, os.path.join(REPO_ROOT, "tools", "bench.py"),
+                           "--what=speed", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=900)
+
+
+def table_cells(stdout: str):
+    """{row label: [float32, best, ratio]} of the printed Markdown table."""
+    rows = [line.strip("|").split("|") for line in stdout.splitlines()
+            if line.startswith("| ") and not line.startswith("| measurement")]
+    return {cells[0].strip(): [cell.strip() for cell in cells[1:]] for cells in rows}
+
+
+def test_tiny_speed_run_prints_both_paths_and_their_ratio(tmp_path):
+    """Sizes 64-128 px, two repeats: a training row (whose child also gives the first step and
+    its peak memory), the network latency; a missing demo run gives an n/a AP row, a bad
+    --speed_rows one line."""
+    result = run_bench("--speed_scale=0.25", "--repeats=2", "--hparams=" + SMALL_D0,
+                       "--speed_rows=train_256_4,first_step,network,ap",
+                       "--data_dir=%s" % (tmp_path / "data"), "--model_dir=no_run", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    assert out.startswith("efficientdet-d0 on ") and " cores, TensorFlow " in out
+    assert "medians of 2 runs" in out
+    cells = table_cells(out)
+    assert list(cells) == [
+        "training 64 px batch 4 (img/s)", "latency 128 px batch 1, network (ms)",
+        "time to first step, 64 px batch 4 (s)", "demo AP", "demo AP50"]
+    for label, (float32, best, ratio) in cells.items():
+        if label.startswith("demo AP"):
+            continue
+        assert float(float32) > 0 and float(best) > 0, label
+        assert float(ratio) == pytest.approx(float(best) / float(float32), abs=0.006), label
+    assert cells["demo AP"][0] == "n/a (no demo run in no_run: make demo)"
+
+    bad = run_bench("--speed_rows=train_256_4,latncy", cwd=tmp_path)
+    assert bad.returncode != 0
+    assert bad.stderr.strip().splitlines()[-1] == (
+        "efficientdet-bench: --speed_rows: unknown row(s) 'latncy'; choose from train_256_4, "
+        "train_256_8, train_512_4, train_512_8, network, end_to_end, first_step, memory, ap")
+
+
+def test_child_output_and_ratio_formatting():
+    assert set(SPEED_PATHS) == {"float32", "best"}
+    assert parse_child_output('noise\n{"network_ms": 12.5}\n', "", ["py", "-m", "a", "b"]) == {
+        "network_ms": 12.5}
+    with pytest.raises(RuntimeError, match="the child's error"):
+        parse_child_output("no json\n", "Traceback\nthe child's error", ["py", "-m", "a", "b"])
+    assert ratio_cell("4.00", "5.00") == "1.25"
+    assert ratio_cell("0.0000", "0.1000") == "n/a"
