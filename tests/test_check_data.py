@@ -11,7 +11,9 @@ import pytest
 import tensorflow as tf
 
 from conftest import REPO_ROOT, tiny_config
-from efficientdet_keras.anchor_fit import AnchorSettings, best_anchor_iou, unmatched_share
+from efficientdet_keras.anchor_fit import (ENOUGH_MATCHED_UNMATCHED, AnchorSettings,
+                                          best_anchor_iou, recommend_anchors, suggest_anchors,
+                                          unmatched_share)
 from efficientdet_keras.anchors import Anchors, pairwise_iou
 from efficientdet_keras.data.check import (count_records, format_report, plot_box_sizes,
                                            scan_dataset, summarize)
@@ -132,6 +134,35 @@ def test_the_suggestion_leaves_fewer_small_boxes_unmatched():
     assert suggested.anchor_scale == suggestion["anchor_scale"] < 4
     assert unmatched_share(boxes, AnchorSettings.from_config(suggested)) == \
         pytest.approx(suggestion["unmatched"])
+
+
+def test_the_recommendation_is_the_smallest_scale_change_that_matches_enough_boxes():
+    """The glyphs' 512 training images at 128 px (1-5 square glyphs of 15-58 px):
+    anchor_scale 4 leaves about a fifth of the boxes unmatched; the recommendation is 3
+    (within 10%), not 2-2.5 (the fewest unmatched, every object a level coarser), and it keeps
+    the aspect ratios. Boxes the anchors already match get no recommendation, and with none
+    within 10% the fewest unmatched is taken."""
+    from efficientdet_keras.data.synthetic import generate_examples
+    from efficientdet_keras.data.synthetic_glyphs import GLYPHS
+    boxes = np.concatenate([record.boxes for record, _ in
+                            generate_examples(512, 128, 128, style=GLYPHS)])
+    current = anchor_settings()
+    ranked = suggest_anchors(boxes, current)
+    assert 0.15 < unmatched_share(boxes, current) < 0.3
+    assert ranked[0].settings.anchor_scale <= 2.5
+    recommended = recommend_anchors(ranked, current)
+    assert recommended.settings.anchor_scale == 3.0
+    assert recommended.settings.aspect_ratios == current.aspect_ratios
+    assert recommended.unmatched <= ENOUGH_MATCHED_UNMATCHED
+    # Hand check: a 15 px box and the 24 px anchors of level 3 at anchor_scale 3 overlap
+    # (15 / 24)^2 = 0.39 < 0.5 at best, so the smallest boxes stay unmatched.
+    assert best_anchor_iou(np.array([[32.0, 32.0, 47.0, 47.0]]), recommended.settings)[0] < 0.5
+
+    large = np.array([[10.0, 10.0, 74.0, 74.0], [40.0, 40.0, 72.0, 72.0]])
+    assert recommend_anchors(suggest_anchors(large, current), current) is None
+    tiny = boxes[:, :2] + np.random.default_rng(3).uniform(6, 12, (len(boxes), 2))
+    tiny_ranked = suggest_anchors(np.concatenate([boxes[:, :2], tiny], axis=1), current)
+    assert recommend_anchors(tiny_ranked, current) is tiny_ranked[0]
 
 
 def _scan_of(input_boxes):

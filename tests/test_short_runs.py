@@ -56,5 +56,8 @@ def test_a_tiny_short_run_reports_ap_and_both_loss_ratios(tmp_path):
         assert 0.0 <= result.ap <= 1.0 and 0.0 <= result.ap50 <= 1.0
         assert math.isfinite(result.loss_ratio) and math.isfinite(result.ema_loss_ratio)
         assert result.val_ema_loss > 0 and result.seconds > 0
-    assert len(lines) == 2 and len(lines[0].split()) == len(HEADER.split())
-    assert lines[1] == format_epoch("glyphs", results[1])
+    # At 64 px the glyphs are 7-29 px: the recommended anchors come first.
+    assert lines[0].startswith("glyphs: anchors as efficientdet-check-data recommends: "
+                               "anchor_scale=")
+    assert len(lines) == 3 and len(lines[1].split()) == len(HEADER.split())
+    assert lines[2] == format_epoch("glyphs", results[1])

@@ -4,7 +4,9 @@ Two datasets, each trained with the preset a user would pick for it:
   demo    the demo's shapes at 256 px, hparams/demo.yaml (3 epochs of 80 steps, batch 8);
   glyphs  data.synthetic_glyphs (another look, not tuned on) at 128 px, 512 training and
           96 validation images, hparams/short_run.yaml, 8 epochs of 64 steps, batch 8.
-Each epoch ends with COCO AP and AP50 of the EMA weights, the training loss (raw
+Before training, the anchors are set as `efficientdet-check-data` recommends for the
+dataset's boxes (anchor_fit.recommend_anchors; the glyphs get anchor_scale 3, the demo keeps
+its anchors). Each epoch ends with COCO AP and AP50 of the EMA weights, the training loss (raw
 weights, training mode, averaged over the epoch) and the inference-mode validation
 losses of the raw and the EMA weights: their ratios to the training loss show how well
 inference-mode BatchNorm describes what the network saw in training.
@@ -87,6 +89,10 @@ def run_short_run(name: str, data_dir: str, overrides=None, seed: int = 0,
     _, _, image_size, num_train, num_val, _, _ = SHORT_RUNS[name]
     data = write_synthetic_dataset(os.path.join(data_dir, name), num_train, num_val,
                                    image_size=image_size, style=style)
+    anchors = recommended_anchors(config, data.train_json, image_size)
+    if anchors is not None:
+        log("%s: anchors as efficientdet-check-data recommends: %s" % (name, anchors))
+        config.override(anchors)
     with run_settings(seed, False):
         train_data = InputPipeline(config, TFRecordSource(data.train_tfrecord),
                                    is_training=True, seed=seed)()
@@ -110,6 +116,24 @@ def run_short_run(name: str, data_dir: str, overrides=None, seed: int = 0,
                                    logs["val_AP50"][i]))
         log(format_epoch(name, results[-1]))
     return results
+
+
+def recommended_anchors(config, coco_json: str, written_size: int):
+    """The --hparams string of the anchors `efficientdet-check-data` would recommend for the
+    boxes of a square synthetic dataset at the config's input size, or None to keep them."""
+    import json
+
+    import numpy as np
+
+    from efficientdet_keras.anchor_fit import AnchorSettings, recommend_anchors, suggest_anchors
+    with open(coco_json) as f:
+        xywh = np.array([a["bbox"] for a in json.load(f)["annotations"]], np.float64)
+    scale = float(config.image_size[0]) / written_size
+    boxes = np.stack([xywh[:, 1], xywh[:, 0], xywh[:, 1] + xywh[:, 3],
+                      xywh[:, 0] + xywh[:, 2]], axis=1) * scale
+    current = AnchorSettings.from_config(config)
+    recommended = recommend_anchors(suggest_anchors(boxes, current), current)
+    return None if recommended is None else recommended.settings.hparams()
 
 
 class EpochTimer(keras.callbacks.Callback):

@@ -20,7 +20,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from efficientdet_keras.anchor_fit import AnchorSettings, anchor_sizes, suggest_anchors
+from efficientdet_keras.anchor_fit import (AnchorSettings, anchor_sizes, recommend_anchors,
+                                          suggest_anchors)
 from efficientdet_keras.data.decode import REPAIR_KINDS, DataHealth, decode_and_clean
 from efficientdet_keras.drawing import class_name
 from efficientdet_keras.progress import ProgressBar
@@ -172,8 +173,8 @@ def summarize(scan: DatasetScan, config, label_map: Optional[Mapping[int, str]] 
     crowd_boxes, boxes_per_image {mean, median, max}, images_without_boxes, classes
     [{id, name, boxes, images}], box_size_px and aspect_ratio {p0 ... p100} (sqrt(w*h)
     and w/h at the input size), input_size, anchors {current, unmatched, matched_boxes,
-    candidates [{anchor_scale, aspect_ratios, unmatched, hparams}], suggestion (a
-    candidate or None when the current settings are already the best of the grid)}.
+    candidates [{anchor_scale, aspect_ratios, unmatched, hparams}], suggestion (the
+    settings `anchor_fit.recommend_anchors` picks, or None to keep the current ones)}.
     """
     per_image = scan.boxes_per_image
     image_of_box = np.repeat(np.arange(len(per_image)), per_image)
@@ -188,7 +189,7 @@ def summarize(scan: DatasetScan, config, label_map: Optional[Mapping[int, str]] 
     current = AnchorSettings.from_config(config)
     ranked = suggest_anchors(matched, current)
     current_unmatched = next(c.unmatched for c in ranked if c.settings == current)
-    best = ranked[0]
+    recommended = recommend_anchors(ranked, current)
     return {
         "records": scan.records, "images": int(len(per_image)),
         "skipped": [{"record": name, "reason": reason} for name, reason in scan.skipped],
@@ -206,8 +207,8 @@ def summarize(scan: DatasetScan, config, label_map: Optional[Mapping[int, str]] 
             "matched_boxes": int(len(matched)),
             "candidates": [_candidate_dict(c.settings, c.unmatched)
                            for c in ranked[:SHOWN_CANDIDATES]],
-            "suggestion": (_candidate_dict(best.settings, best.unmatched)
-                           if best.unmatched < current_unmatched else None),
+            "suggestion": (None if recommended is None
+                           else _candidate_dict(recommended.settings, recommended.unmatched)),
         },
     }
 
@@ -265,7 +266,8 @@ def _anchor_lines(anchors: dict) -> List[str]:
                  for c in anchors["candidates"])
     suggestion = anchors["suggestion"]
     if suggestion is None:
-        lines.append("The current anchors are the best of the grid; keep them.")
+        lines.append("The current anchors match enough of the boxes (or the grid does no "
+                     "better); keep them.")
     else:
         lines.append("Suggested: --hparams=%s (unmatched %.1f%% instead of %.1f%%)"
                      % (suggestion["hparams"], 100 * suggestion["unmatched"],
