@@ -262,7 +262,7 @@ def test_a_yaml_file_and_pairs_in_one_override_string_apply_left_to_right(tmp_pa
     first.write_text("num_classes: 3\nlearning_rate: 0.5\n")
     config = get_efficientdet_config("efficientdet-d0").override(
         "%s,learning_rate=0.25,image_size=96x64,short_run.yaml" % first)
-    assert config.num_classes == 3 and config.learning_rate == 0.02  # The preset came last.
+    assert config.num_classes == 3 and config.learning_rate == 0.04  # The preset came last.
     assert list(config.image_size) == [64, 96] and config.batch_norm_renorm is True
     with pytest.raises(ValueError, match="nmu_classes"):
         get_efficientdet_config("efficientdet-d0").override("short_run.yaml,nmu_classes=3")

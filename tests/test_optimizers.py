@@ -160,14 +160,14 @@ def test_total_not_after_warmup(method, total):
 
 
 def test_demo_schedule_is_the_one_it_was_tuned_with():
-    # hparams/demo.yaml at batch 8: warm-up over 40 steps from 0.00025 to 0.0025, the rates
-    # it had when lr_warmup_init (then 0.002 per 64 images) was scaled with the batch.
+    # hparams/demo.yaml at batch 8: warm-up over 40 steps from 0.00025 (as written, not
+    # scaled with the batch) to 0.005 (0.04 per 64 images).
     from efficientdet_keras import get_efficientdet_config
     config = get_efficientdet_config("efficientdet-d0").override(HPARAMS_DIR + "/demo.yaml")
     schedule = learning_rate_schedule(config, config.steps_per_epoch)
     assert (schedule.warmup_steps, schedule.total_steps) == (40, 240)
     assert [float(schedule(step)) for step in (0, 20, 40)] == [
-        close(0.00025), close(0.001375), close(0.0025)]
+        close(0.00025), close(0.002625), close(0.005)]
     adam = get_optimizer(config, config.steps_per_epoch)
     assert adam.beta_1 == pytest.approx(0.9)  # momentum 0.9: Keras' default, as before.
 
