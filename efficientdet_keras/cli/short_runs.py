@@ -2,7 +2,7 @@
 
 Two datasets, each trained with the preset a user would pick for it:
   demo    the demo's shapes at 256 px, hparams/demo.yaml (3 epochs of 80 steps, batch 8);
-  glyphs  data.synthetic_glyphs (another look, not tuned on) at 128 px, 512 training and
+  glyphs  data.synthetic_glyphs (made to look unlike the demo) at 128 px, 512 training and
           96 validation images, hparams/short_run.yaml, 8 epochs of 64 steps, batch 8.
 Before training, the anchors are set as `efficientdet-check-data` recommends for the
 dataset's boxes (anchor_fit.recommend_anchors; the glyphs get anchor_scale 3, the demo keeps
