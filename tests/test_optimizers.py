@@ -2,14 +2,15 @@
 
 import math
 
+import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras as keras
 
 from conftest import HPARAMS_DIR, tiny_config
 from efficientdet_keras.training.optimizers import (
-    DEFAULT_BATCH_SIZE, ConstantSchedule, CosineDecaySchedule, PolynomialSchedule,
-    StepwiseSchedule, clip_gradients, get_optimizer, learning_rate_schedule,
+    DEFAULT_BATCH_SIZE, ConstantSchedule, CosineDecaySchedule, FusedAdam, FusedSGD,
+    PolynomialSchedule, StepwiseSchedule, clip_gradients, get_optimizer, learning_rate_schedule,
     scaled_learning_rates)
 
 PEAK, INIT = 0.08, 0.008
@@ -200,8 +201,8 @@ def test_learning_rate_schedule_rejects_bad_input():
         learning_rate_schedule(tiny_config(), steps_per_epoch=0)
 
 
-@pytest.mark.parametrize("name, cls", [("sgd", keras.optimizers.SGD),
-                                       ("adam", keras.optimizers.Adam),
+@pytest.mark.parametrize("name, cls", [("sgd", FusedSGD),
+                                       ("adam", FusedAdam),
                                        ("rmsprop", keras.optimizers.RMSprop)])
 def test_get_optimizer_types(name, cls):
     optimizer = get_optimizer(tiny_config(optimizer=name, momentum=0.8), steps_per_epoch=10)
@@ -253,15 +254,15 @@ def test_float16_wraps_in_loss_scale_optimizer():
     optimizer = get_optimizer(tiny_config(mixed_precision="float16"), steps_per_epoch=10)
     assert isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
     assert optimizer.dynamic
-    assert type(optimizer.inner_optimizer) is keras.optimizers.SGD
+    assert type(optimizer.inner_optimizer) is FusedSGD
     for precision in (False, "bfloat16"):
         plain = get_optimizer(tiny_config(mixed_precision=precision), steps_per_epoch=10)
         assert not isinstance(plain, keras.mixed_precision.LossScaleOptimizer)
 
 
 def _clipped(grads, clip_norm, per_tensor):
-    out = clip_gradients([None if g is None else tf.constant(g) for g in grads], clip_norm,
-                         per_tensor)
+    out, _ = clip_gradients([None if g is None else tf.constant(g) for g in grads], clip_norm,
+                            per_tensor)
     return [None if g is None else g.numpy().tolist() for g in out]
 
 
@@ -280,13 +281,75 @@ def test_clip_gradients_per_tensor_then_global_by_hand():
     scale = 1.0 / math.sqrt(1.25)
     assert _clipped([[3.0, 4.0], [0.0, 0.5], None], 1.0, per_tensor=True) == [
         [close(0.6 * scale), close(0.8 * scale)], [0.0, close(0.5 * scale)], None]
-    # Within both limits nothing changes.
-    assert _clipped([[0.3, 0.4], [0.0, 0.5]], 1.0, per_tensor=True) == [
-        [close(0.3), close(0.4)], [0.0, close(0.5)]]
-    # A precomputed global norm is ignored with per_tensor (the first clip changes it).
-    grads = [tf.constant([3.0, 4.0])]
-    out = clip_gradients(grads, 1.0, per_tensor=True, global_norm=tf.constant(100.0))
-    assert out[0].numpy().tolist() == [close(0.6), close(0.8)]
+    # Within both limits nothing changes; an all-zero gradient stays zero.
+    assert _clipped([[0.3, 0.4], [0.0, 0.5], [0.0, 0.0]], 1.0, per_tensor=True) == [
+        [close(0.3), close(0.4)], [0.0, close(0.5)], [0.0, 0.0]]
+
+
+def test_clip_gradients_returns_the_norm_before_clipping():
+    for clip_norm, per_tensor in ((None, False), (1.0, False), (1.0, True)):
+        _, norm = clip_gradients([tf.constant([3.0, 4.0]), None, tf.constant([[0.0, 0.5]])],
+                                 clip_norm, per_tensor)
+        assert float(norm) == close(math.sqrt(25.25))
+
+
+@pytest.mark.parametrize("per_tensor", [False, True])
+def test_clip_gradients_matches_tensorflow(per_tensor):
+    """Against tf.clip_by_norm / tf.clip_by_global_norm on gradients of many sizes."""
+    rng = tf.random.Generator.from_seed(3)
+    grads = [rng.normal(shape) * scale for shape, scale in
+             (([3, 3, 8, 16], 0.5), ([16], 4.0), ([1, 1, 16, 32], 0.01), ([7], 0.0))]
+    reference = [tf.clip_by_norm(g, 0.9) for g in grads] if per_tensor else grads
+    reference, _ = tf.clip_by_global_norm(reference, 0.9)
+    clipped, norm = clip_gradients(grads, 0.9, per_tensor)
+    assert float(norm) == pytest.approx(float(tf.linalg.global_norm(grads)), rel=1e-6)
+    for ours, theirs in zip(clipped, reference):
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-8)
+
+
+def test_clip_gradients_non_finite_norm_gives_nan():
+    """As tf.clip_by_global_norm: an infinite norm makes every gradient NaN (so a
+    LossScaleOptimizer skips the step), never a silent zero update."""
+    clipped, norm = clip_gradients([tf.constant([float("inf"), 1.0]), tf.constant([1.0])], 1.0)
+    assert not np.isfinite(float(norm))
+    assert all(np.isnan(g.numpy()).all() for g in clipped)
+
+
+def _train_steps(optimizer, steps=4):
+    """Variables after `steps` updates with fixed gradients (one dense 2-D, one vector)."""
+    variables = [tf.Variable([[1.0, -2.0], [0.5, 3.0]]), tf.Variable([0.1, -0.2, 0.3])]
+    grads = [tf.constant([[0.3, -0.1], [2.0, 0.0]]), tf.constant([-1.0, 0.5, 0.25])]
+
+    @tf.function
+    def step(scale):
+        optimizer.apply_gradients(zip([g * scale for g in grads], variables))
+
+    for i in range(steps):
+        step(tf.constant(1.0 + i))
+    return [v.numpy() for v in variables]
+
+
+@pytest.mark.parametrize("fused, plain", [
+    (lambda lr: FusedSGD(lr, momentum=0.9), lambda lr: keras.optimizers.SGD(lr, momentum=0.9)),
+    (lambda lr: FusedAdam(lr, beta_1=0.8), lambda lr: keras.optimizers.Adam(lr, beta_1=0.8))])
+def test_fused_optimizers_make_keras_updates(fused, plain):
+    schedule = make_schedule("cosine", peak=0.1, init=0.01, warmup=2, total=6)
+    expected = _train_steps(plain(schedule))
+    # float32 rounding of a different order of operations (Adam's bias correction in the
+    # kernel): 1e-5 against updates of about 0.1, where a wrong formula differs by 1e-2.
+    for ours, theirs in zip(_train_steps(fused(schedule)), expected):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(expected[0], [[1.0, -2.0], [0.5, 3.0]])  # Steps were taken.
+
+
+def test_fused_optimizers_keep_keras_slot_names():
+    """Checkpoints of runs made with Keras's SGD and Adam restore into the fused ones."""
+    for fused, plain in ((FusedSGD(0.1, momentum=0.9), keras.optimizers.SGD(0.1, momentum=0.9)),
+                         (FusedAdam(0.1), keras.optimizers.Adam(0.1))):
+        variables = [tf.Variable([1.0, 2.0], name="w")]
+        fused.build(variables)
+        plain.build(variables)
+        assert [v.name for v in fused.variables] == [v.name for v in plain.variables]
 
 
 @pytest.mark.parametrize("key, value", [("rmsprop_rho", 1.0), ("rmsprop_epsilon", 0.0),

@@ -73,9 +73,11 @@ class ExponentialMovingAverage(tf.Module):
         its own copy of each shadow from its own copy of the weight; see _shadow_variable
         for why the copies agree.
         """
-        decay = self.decay_at(step)
+        rate = 1.0 - self.decay_at(step)
+        # shadow -= (shadow - weight) * rate: three ops per variable where the plain formula
+        # takes five; with some 700 averaged variables in D0 that is 40% of the EMA's time.
         for shadow, source in zip(self.shadows, self._sources):
-            shadow.assign(decay * shadow + (1.0 - decay) * tf.cast(source, shadow.dtype))
+            shadow.assign_sub((shadow - tf.cast(source, shadow.dtype)) * rate)
 
     def reset_to_model(self) -> None:
         """Starts the average again from the current weights (e.g. after loading a checkpoint)."""
