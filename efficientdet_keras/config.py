@@ -441,7 +441,7 @@ _VALUE_RULES = {
     "nan_recovery_attempts": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
     "backup_steps": (lambda v: _is_int(v) and v >= 0, "a non-negative integer (0: epoch ends)"),
     **{key: (lambda v: isinstance(v, bool), "true or false") for key in (
-        "batch_norm_renorm", "grid_mask", "fold_batch_norm")},
+        "batch_norm_renorm", "grid_mask", "fold_batch_norm", "grad_checkpoint")},
     **{key: (_in_range(0.0, 1.0, high_included=True), "a probability in [0, 1]") for key in (
         "mosaic", "mixup")},
     "mosaic_close_epochs": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
@@ -527,6 +527,10 @@ def default_config() -> Config:
         # before it, so the network has no BatchNorm layers and cannot be trained.
         fold_batch_norm=False,
         is_training_bn=True,
+        # Gradient checkpointing (model/recompute.py): each backbone block's activations are
+        # recomputed in the backward pass instead of kept; less memory, about one more
+        # backbone forward of time per step. The released trainer's flag of the same name.
+        grad_checkpoint=False,
         # Input pipeline and augmentation.
         mean_rgb=[0.485 * 255, 0.456 * 255, 0.406 * 255],
         stddev_rgb=[0.229 * 255, 0.224 * 255, 0.225 * 255],
@@ -693,6 +697,14 @@ def validate_config(config: Config) -> Config:
           % (config.mixed_precision,))
     check(len(config.mean_rgb) in (1, 3) and len(config.stddev_rgb) in (1, 3),
           "mean_rgb and stddev_rgb need 1 or 3 values")
+    check(not (config.get("grad_checkpoint") and config.get("batch_norm_renorm")),
+          "grad_checkpoint cannot be combined with batch_norm_renorm: renorm's corrections "
+          "read moving statistics that the forward pass has already updated, so the "
+          "recomputed blocks would differ from the forward")
+    check(not (config.get("grad_checkpoint")
+               and "quantize" in (config.get("model_optimizations") or {})),
+          "grad_checkpoint cannot be combined with model_optimizations.quantize: the "
+          "recomputed blocks would move the learned quantization ranges a second time")
     survival = config.backbone_survival_prob
     check(survival is None or (_is_number(survival) and 0.0 < survival <= 1.0),
           "backbone_survival_prob must be none or in (0, 1]; got %r" % (survival,))

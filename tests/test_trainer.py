@@ -9,7 +9,8 @@ from efficientdet_keras.checkpoint import variable_name
 from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
 from efficientdet_keras.training.ema import ExponentialMovingAverage
-from efficientdet_keras.training.optimizers import CosineDecaySchedule, learning_rate_schedule
+from efficientdet_keras.training.optimizers import (CosineDecaySchedule, FusedSGD,
+                                                   learning_rate_schedule)
 from efficientdet_keras.training.trainer import EfficientDetNetTrain
 
 
@@ -102,13 +103,41 @@ def test_gradient_clipping_by_global_norm(data):
     assert update == pytest.approx(1e-3, rel=1e-3)  # ...and the step is clipped to the limit.
 
 
-def test_two_replicas_make_the_same_update_as_one(data, two_cpu_strategy):
+def test_grad_checkpoint_makes_the_same_training_step(data):
+    """Gradient checkpointing recomputes the backbone in the backward pass: one fit step with
+    it leaves every variable (weights, BatchNorm statistics, optimizer slots, EMA) as without."""
+    results = []
+    for grad_checkpoint in (False, True):
+        tf.random.set_seed(1)
+        config = small_config(grad_checkpoint=grad_checkpoint)
+        model = EfficientDetNetTrain(config)
+        if results:
+            for variable, value in zip(model.variables, results[0][1]):
+                variable.assign(value)
+        initial = [v.numpy() for v in model.variables]
+        model.compile(steps_per_epoch=10)
+        logs = model.train_on_batch(*one_batch(config, data), return_dict=True)
+        results.append((logs, initial, weights(model), model.optimizer.variables))
+    (plain_logs, _, plain, plain_slots), (logs, initial, ours, slots) = results
+    assert logs["det_loss"] == pytest.approx(plain_logs["det_loss"], rel=1e-5)
+    assert logs["gradient_norm"] == pytest.approx(plain_logs["gradient_norm"], rel=1e-4)
+    for name, value in plain.items():
+        np.testing.assert_allclose(ours[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
+    for ours_slot, plain_slot in zip(slots, plain_slots):
+        np.testing.assert_allclose(ours_slot.numpy(), plain_slot.numpy(), rtol=1e-3, atol=1e-7)
+    assert sum(not np.array_equal(a, b) for a, b in zip(initial, ours.values())) > 100
+
+
+@pytest.mark.parametrize("make_optimizer", [lambda: keras.optimizers.SGD(0.1),
+                                            lambda: FusedSGD(0.1, momentum=0.9)],
+                         ids=["keras_sgd", "fused_sgd"])
+def test_two_replicas_make_the_same_update_as_one(data, two_cpu_strategy, make_optimizer):
     # BatchNorm in inference mode: per-replica batch statistics would differ by design.
     config = small_config(is_training_bn=False, moving_average_decay=0.0)
     batch = one_batch(config, data, batch_size=4)
     single = EfficientDetNetTrain(config)
     initial = [v.numpy() for v in single.variables]
-    single.compile(optimizer=keras.optimizers.SGD(0.1))
+    single.compile(optimizer=make_optimizer())
     single_logs = single.train_on_batch(*batch, return_dict=True)
 
     strategy = two_cpu_strategy
@@ -116,7 +145,7 @@ def test_two_replicas_make_the_same_update_as_one(data, two_cpu_strategy):
         mirrored = EfficientDetNetTrain(config)
         for v, value in zip(mirrored.variables, initial):
             v.assign(value)
-        mirrored.compile(optimizer=keras.optimizers.SGD(0.1))
+        mirrored.compile(optimizer=make_optimizer())
     dataset = tf.data.Dataset.from_tensors(batch)
     history = mirrored.fit(dataset, epochs=1, verbose=0)
     assert history.history["det_loss"][0] == pytest.approx(single_logs["det_loss"], rel=1e-4)

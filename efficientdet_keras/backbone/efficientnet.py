@@ -15,7 +15,8 @@ import tf_keras as keras
 
 from efficientdet_keras.model.layers import (activation_fn, batch_norm, bn_training,
                                              conv_kernel_initializer, conv_uses_bias, drop_connect,
-                                             output_point)
+                                             drop_connect_keep, output_point, uses_drop_connect)
+from efficientdet_keras.model.recompute import recomputed_call
 from efficientdet_keras.optimization import wrap_layer
 
 
@@ -234,7 +235,8 @@ class MBConvBlock(keras.layers.Layer):
     def has_residual(self) -> bool:
         return self.spec.stride == 1 and self.spec.input_filters == self.spec.output_filters
 
-    def call(self, inputs, training=False, survival_prob=None):
+    def call(self, inputs, training=False, survival_prob=None, keep=None):
+        """keep: the drop-connect mask (drop_connect_keep), drawn here when None."""
         bn_mode = bn_training(training, self.config)
         x = inputs
         if self.expand_conv is not None:
@@ -244,7 +246,7 @@ class MBConvBlock(keras.layers.Layer):
             x = self.se(x)
         x = self.project_output(self.project_bn(self.project_conv(x), training=bn_mode))
         if self.has_residual:
-            x = self.residual_output(drop_connect(x, training, survival_prob) + inputs)
+            x = self.residual_output(drop_connect(x, training, survival_prob, keep) + inputs)
         return x
 
 
@@ -276,7 +278,15 @@ class EfficientNetBackbone(keras.layers.Layer):
         x = self.stem(images, training=training)
         features = []
         for index, (block, survival_prob) in enumerate(zip(self.blocks, self.survival_probs)):
-            x = block(x, training=training, survival_prob=survival_prob)
+            if training and self.config.get("grad_checkpoint"):
+                # The mask is drawn out here, so the recomputation reuses it.
+                keep = (drop_connect_keep(x, survival_prob)
+                        if block.has_residual and uses_drop_connect(training, survival_prob)
+                        else None)
+                x = recomputed_call(block, x, training=training, survival_prob=survival_prob,
+                                    keep=keep)
+            else:
+                x = block(x, training=training, survival_prob=survival_prob)
             if index in self.level_ends:
                 features.append(x)
         return features

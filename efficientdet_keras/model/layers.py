@@ -102,15 +102,27 @@ def batch_norm(config, name: str, dtype=None) -> keras.layers.Layer:
         name=name, dtype=dtype)
 
 
-def drop_connect(x: tf.Tensor, training: bool, survival_prob: float) -> tf.Tensor:
+def uses_drop_connect(training: bool, survival_prob) -> bool:
+    return bool(training) and survival_prob is not None and survival_prob < 1.0
+
+
+def drop_connect_keep(x: tf.Tensor, survival_prob: float) -> tf.Tensor:
+    """A random [batch, 1, 1, 1] mask for `x`: 1 with probability survival_prob, else 0."""
+    batch = tf.shape(x)[0]
+    return tf.floor(survival_prob + tf.random.uniform([batch, 1, 1, 1], dtype=x.dtype))
+
+
+def drop_connect(x: tf.Tensor, training: bool, survival_prob: float,
+                 keep: tf.Tensor = None) -> tf.Tensor:
     """Drops whole examples of a residual branch with probability 1 - survival_prob.
 
-    Kept examples are scaled by 1 / survival_prob so the expectation is unchanged.
+    Kept examples are scaled by 1 / survival_prob so the expectation is unchanged. `keep`
+    (drop_connect_keep) gives the mask instead of a fresh random one.
     """
-    if not training or survival_prob is None or survival_prob >= 1.0:
+    if not uses_drop_connect(training, survival_prob):
         return x
-    batch = tf.shape(x)[0]
-    keep = tf.floor(survival_prob + tf.random.uniform([batch, 1, 1, 1], dtype=x.dtype))
+    if keep is None:
+        keep = drop_connect_keep(x, survival_prob)
     return x / survival_prob * keep
 
 

@@ -216,9 +216,8 @@ class EfficientDetNetTrain(EfficientDetNet):
         if isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer):
             grads = optimizer.get_unscaled_gradients(grads)
         grads = replica.all_reduce(tf.distribute.ReduceOp.SUM, grads)
-        gradient_norm = tf.linalg.global_norm(grads)
-        grads = clip_gradients(grads, self.config.clip_gradients_norm,
-                               self.config.clip_gradients_per_tensor, global_norm=gradient_norm)
+        grads, gradient_norm = clip_gradients(grads, self.config.clip_gradients_norm,
+                                              self.config.clip_gradients_per_tensor)
 
         logs = self._global_sums(losses)
         logs["reg_l2_loss"] = reg_l2_loss
