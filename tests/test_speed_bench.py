@@ -62,6 +62,8 @@ PARSING_CHECKS = """
 import pytest
 from efficientdet_keras.cli.speed_bench import SPEED_PATHS, parse_child_output, ratio_cell
 assert set(SPEED_PATHS) == {"float32", "best"}
+assert SPEED_PATHS["best"]["memory_hparams"] == "grad_checkpoint=true"
+assert not SPEED_PATHS["float32"]["memory_hparams"] and not SPEED_PATHS["best"]["train_hparams"]
 assert parse_child_output('noise\\n{"network_ms": 12.5}\\n', "", ["py", "-m", "a", "b"]) == {
     "network_ms": 12.5}
 with pytest.raises(RuntimeError, match="the child's error"):

@@ -28,10 +28,14 @@ from efficientdet_keras.cli.bench import (FLAGS, SPEED_ROWS,  # noqa: E402
 # long and then trains several times slower (README, Training speed). Training stays float32
 # on the best path too: with mixed_precision=bfloat16 a D0 step ran at 0.44-0.74x the float32
 # speed on this AVX512-BF16 CPU (oneDNN's bfloat16 depthwise backward and Eigen's bfloat16
-# sigmoid are several times slower than in float32; README, Speed).
+# sigmoid are several times slower than in float32; README, Speed). memory_hparams: what the
+# memory row adds to train_hparams; gradient checkpointing halves the peak memory of a step but
+# costs time, so the best path uses it for that row alone.
 SPEED_PATHS = {
-    "float32": {"train_hparams": "", "infer_precision": None, "fold": False},
-    "best": {"train_hparams": "", "infer_precision": "bfloat16", "fold": True},
+    "float32": {"train_hparams": "", "memory_hparams": "", "infer_precision": None,
+                "fold": False},
+    "best": {"train_hparams": "", "memory_hparams": "grad_checkpoint=true",
+             "infer_precision": "bfloat16", "fold": True},
 }
 # The training rows' (size, batch), fixed by the issue; --speed_scale divides the sizes.
 TRAIN_SHAPES = ((256, 4), (256, 8), (512, 4), (512, 8))
@@ -70,15 +74,18 @@ def scaled(size: int) -> int:
 
 # --- the children: one measurement each, printed as one JSON line --------------------------
 
-def path_config(path: str, image_size: int, batch_size: int, training: bool):
+def path_config(path: str, image_size: int, batch_size: int, training: bool,
+                memory: bool = False):
     """The config of --model_name (plus --hparams) at a size and batch, with the path's
-    training overrides when `training`."""
+    training overrides when `training` (and its memory-row ones when `memory`)."""
     from efficientdet_keras import get_efficientdet_config
     config = get_efficientdet_config(FLAGS.model_name)
     config.override(FLAGS.hparams)
     config.override({"image_size": image_size, "batch_size": batch_size, "num_classes": 4})
     if training:
         config.override(SPEED_PATHS[path]["train_hparams"])
+    if memory:
+        config.override(SPEED_PATHS[path]["memory_hparams"])
     return config
 
 
@@ -89,14 +96,15 @@ def training_data(image_size: int):
                                    num_train=16, num_val=1, image_size=image_size, seed=2)
 
 
-def measure_train(path: str) -> dict:
+def measure_train(path: str, memory: bool = False) -> dict:
     """EfficientDetNetTrain.fit at --image_size and --batch_size for --train_steps: images/s
     (median of the steps after the first WARMUP_STEPS), seconds from building the model to
-    the end of the first step, and this process's peak resident memory."""
+    the end of the first step, and this process's peak resident memory. `memory`: with the
+    path's memory_hparams."""
     from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
     from efficientdet_keras.training.trainer import EfficientDetNetTrain
 
-    config = path_config(path, FLAGS.image_size, FLAGS.batch_size, training=True)
+    config = path_config(path, FLAGS.image_size, FLAGS.batch_size, training=True, memory=memory)
     pipeline = InputPipeline(config, TFRecordSource(training_data(FLAGS.image_size)
                                                     .train_tfrecord), is_training=True, seed=0)
     dataset = pipeline().take(1).cache().repeat()  # Measure the step, not the input.
@@ -178,8 +186,8 @@ def measure_ap(path: str) -> dict:
     return {"AP": float(metrics["AP"]), "AP50": float(metrics["AP50"])}
 
 
-MEASURES = {"train": measure_train, "network": measure_network, "end_to_end": measure_end_to_end,
-            "ap": measure_ap}
+MEASURES = {"train": measure_train, "memory": lambda path: measure_train(path, memory=True),
+            "network": measure_network, "end_to_end": measure_end_to_end, "ap": measure_ap}
 
 
 def child_main(argv) -> None:
@@ -257,6 +265,9 @@ def measure_all(rows) -> dict:
                 values["first_step_s"] = trained["first_step_s"]
             if (size, batch) == MEMORY_SHAPE:
                 values["memory_mb"] = trained["max_rss_mb"]
+        if "memory" in rows and SPEED_PATHS[path]["memory_hparams"]:
+            values["memory_mb"] = run_child("memory", path, scaled(MEMORY_SHAPE[0]),
+                                            MEMORY_SHAPE[1], MEMORY_STEPS)["max_rss_mb"]
         for measure in ("network", "end_to_end"):
             if measure in rows:
                 values.update(run_child(measure, path, scaled(INFERENCE_SIZE), 1))
@@ -325,8 +336,9 @@ def machine_line() -> str:
 
 def describe_path(name: str) -> str:
     spec = SPEED_PATHS[name]
-    return "%s: training %s; inference %s, BatchNorm %s; no XLA" % (
-        name, spec["train_hparams"] or "float32", spec["infer_precision"] or "float32",
+    memory = (", memory row with %s" % spec["memory_hparams"]) if spec["memory_hparams"] else ""
+    return "%s: training %s%s; inference %s, BatchNorm %s; no XLA" % (
+        name, spec["train_hparams"] or "float32", memory, spec["infer_precision"] or "float32",
         "folded" if spec["fold"] else "unfolded")
 
 
