@@ -165,7 +165,9 @@ class InputPipeline:
         anchor labels -> batch. Options left at their defaults add no step.
       batch_size: global batch size (default config.batch_size); under tf.distribute
         each replica gets its share.
-      seed: makes order and augmentation repeatable.
+      seed: makes order and augmentation repeatable. The augmentation draws are stateless
+        and follow this seed alone; the order comes from tf.data's seeded shuffles, which
+        also mix in TensorFlow's global seed (`tf.random.set_seed`) when one is set.
       health: DataHealth that counts skipped and repaired data (one is made if omitted).
       start_step: the training step the pipeline feeds first (a resumed run's step).
         The order is reseeded from it, and augmentation continues from the element
