@@ -65,15 +65,17 @@ class ExponentialMovingAverage(tf.Module):
         step = tf.cast(step, tf.float32)
         return tf.minimum(self.decay, (1.0 + step) / (10.0 + step))
 
-    def update(self, step) -> None:
+    def update(self, step, apply=True) -> None:
         """shadow = d * shadow + (1 - d) * weight, with d = decay_at(step). Graph friendly.
 
         Runs in a replica context (or outside any strategy) without merge_call, so it works
         where merge_call does not (XLA-compiled steps on GPUs, TPUs). Each replica updates
         its own copy of each shadow from its own copy of the weight; see _shadow_variable
-        for why the copies agree.
+        for why the copies agree. `apply` (a scalar bool tensor) false leaves every shadow
+        as it is: the trainer passes whether the step was healthy, so the update needs no
+        tf.cond (one over all the shadows made the first step's graph much larger).
         """
-        rate = 1.0 - self.decay_at(step)
+        rate = (1.0 - self.decay_at(step)) * tf.cast(apply, tf.float32)
         # shadow -= (shadow - weight) * rate: three ops per variable where the plain formula
         # takes five; with some 700 averaged variables in D0 that is 40% of the EMA's time.
         for shadow, source in zip(self.shadows, self._sources):
