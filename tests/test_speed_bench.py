@@ -29,18 +29,21 @@ def table_cells(stdout: str):
 
 def test_tiny_speed_run_prints_both_paths_and_their_ratio(tmp_path):
     """Sizes 64-128 px, two repeats: a training row (whose child also gives the first step and
-    its peak memory), the network latency; a missing demo run gives an n/a AP row, a bad
-    --speed_rows one line."""
+    its peak memory), the network and end-to-end latency (TensorFlow against the .tflite); a
+    missing demo run gives an n/a AP row, a bad --speed_rows one line."""
     result = run_bench("--speed_scale=0.25", "--repeats=2", "--hparams=" + SMALL_D0,
-                       "--speed_rows=train_256_4,first_step,network,ap",
+                       "--speed_rows=train_256_4,first_step,network,end_to_end,ap",
                        "--data_dir=%s" % (tmp_path / "data"), "--model_dir=no_run", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     assert out.startswith("efficientdet-d0 on ") and " cores, TensorFlow " in out
     assert "medians of 2 runs" in out
+    assert "best: training float32, memory row with grad_checkpoint=true; inference TFLite " \
+        "float32 (raw outputs, XNNPACK, %d threads)" % os.cpu_count() in out
     cells = table_cells(out)
     assert list(cells) == [
         "training 64 px batch 4 (img/s)", "latency 128 px batch 1, network (ms)",
+        "latency 128 px batch 1, JPEG to detections (ms)",
         "time to first step, 64 px batch 4 (s)", "demo AP", "demo AP50"]
     for label, (float32, best, ratio) in cells.items():
         if label.startswith("demo AP"):
@@ -63,6 +66,8 @@ import pytest
 from efficientdet_keras.cli.speed_bench import SPEED_PATHS, parse_child_output, ratio_cell
 assert set(SPEED_PATHS) == {"float32", "best"}
 assert SPEED_PATHS["best"]["memory_hparams"] == "grad_checkpoint=true"
+assert SPEED_PATHS["best"]["infer_runtime"] == "tflite"
+assert SPEED_PATHS["float32"]["infer_runtime"] == "tensorflow"
 assert not SPEED_PATHS["float32"]["memory_hparams"] and not SPEED_PATHS["best"]["train_hparams"]
 assert parse_child_output('noise\\n{"network_ms": 12.5}\\n', "", ["py", "-m", "a", "b"]) == {
     "network_ms": 12.5}

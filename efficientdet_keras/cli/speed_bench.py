@@ -20,22 +20,26 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 from efficientdet_keras.cli.bench import (FLAGS, SPEED_ROWS,  # noqa: E402
                                           demo_validation_data, keras_metrics, median_seconds,
-                                          step_end_recorder)
+                                          step_end_recorder, tflite_metrics_and_latency)
 
-# The two columns. train_hparams: config overrides for training; infer_precision: the
-# inference network's mixed_precision (None: float32); fold: BatchNorm folded into the convs
-# for inference (model/folding.py). XLA stays off on both: on a CPU it compiles for twice as
-# long and then trains several times slower (README, Training speed). Training stays float32
-# on the best path too: with mixed_precision=bfloat16 a D0 step ran at 0.44-0.74x the float32
-# speed on this AVX512-BF16 CPU (oneDNN's bfloat16 depthwise backward and Eigen's bfloat16
-# sigmoid are several times slower than in float32; README, Speed). memory_hparams: what the
-# memory row adds to train_hparams; gradient checkpointing halves the peak memory of a step but
-# costs time, so the best path uses it for that row alone.
+# The two columns. train_hparams: config overrides for training; memory_hparams: what the
+# memory row adds to them (gradient checkpointing halves the peak memory of a step but costs
+# time, so the best path uses it for that row alone). Training stays float32 on the best path
+# too: with mixed_precision=bfloat16 a D0 step ran at 0.44-0.74x the float32 speed on this
+# AVX512-BF16 CPU (oneDNN's bfloat16 depthwise backward and Eigen's bfloat16 sigmoid are several
+# times slower than in float32; README, Speed). XLA stays off: on a CPU it compiles for twice as
+# long and then trains several times slower (README, Training speed).
+# Inference: infer_runtime "tensorflow" runs the Keras network (BatchNorm folded into the convs
+# when fold, at infer_precision, None for float32); "tflite" runs the float32 .tflite with raw
+# outputs through XNNPACK (one thread per core) and decodes it with the package's own
+# post-processing, so its detections and AP are the Keras model's (README, TFLite). On this
+# 2-core CPU it took about half the time of TensorFlow's float32 network at 512 px, where
+# BatchNorm folding with bfloat16 took 0.8-0.97x.
 SPEED_PATHS = {
-    "float32": {"train_hparams": "", "memory_hparams": "", "infer_precision": None,
-                "fold": False},
+    "float32": {"train_hparams": "", "memory_hparams": "", "infer_runtime": "tensorflow",
+                "infer_precision": None, "fold": False},
     "best": {"train_hparams": "", "memory_hparams": "grad_checkpoint=true",
-             "infer_precision": "bfloat16", "fold": True},
+             "infer_runtime": "tflite", "infer_precision": None, "fold": False},
 }
 # The training rows' (size, batch), fixed by the issue; --speed_scale divides the sizes.
 TRAIN_SHAPES = ((256, 4), (256, 8), (512, 4), (512, 8))
@@ -140,11 +144,32 @@ def inference_model(path: str):
     return model, inference_network(model, spec["fold"], spec["infer_precision"])
 
 
+def uses_tflite(path: str) -> bool:
+    return SPEED_PATHS[path]["infer_runtime"] == "tflite"
+
+
+def tflite_detector(model):
+    """A TFLiteDetector of `model` exported as a float32 .tflite with raw outputs (XNNPACK,
+    one interpreter thread per core)."""
+    from efficientdet_keras.export.tflite import export_tflite
+    from efficientdet_keras.export.tflite_runner import TFLiteDetector
+
+    path = os.path.join(tempfile.mkdtemp(prefix="efficientdet_speed_"), "raw.tflite")
+    return TFLiteDetector(export_tflite(model, path, outputs="raw"), num_threads=os.cpu_count())
+
+
 def measure_network(path: str) -> dict:
-    """Median ms of the network alone (a tf.function of it) on one image."""
+    """Median ms of the network alone (a tf.function of it, or the .tflite interpreter's run
+    on a letterboxed uint8 image) on one image."""
+    import numpy as np
     import tensorflow as tf
 
-    _, network = inference_model(path)
+    model, network = inference_model(path)
+    if uses_tflite(path):
+        detector = tflite_detector(model)
+        image = np.random.default_rng(1).integers(0, 256, detector.image_size + (3,), np.uint8)
+        seconds = median_seconds(lambda: detector.run(image), FLAGS.repeats)
+        return {"network_ms": seconds * 1e3}
     images = tf.random.uniform([1, FLAGS.image_size, FLAGS.image_size, 3], -2.0, 2.0, seed=1)
     forward = tf.function(lambda x: network(x, training=False))
     seconds = median_seconds(lambda: [o.numpy() for o in forward(images)[0]], FLAGS.repeats)
@@ -152,8 +177,9 @@ def measure_network(path: str) -> dict:
 
 
 def measure_end_to_end(path: str) -> dict:
-    """Median ms of the detection SavedModel (the path's folding and precision) on one
-    640x480 JPEG through its image_bytes signature: decode, preprocess, network, NMS."""
+    """Median ms from one 640x480 JPEG to its detections: decode, preprocess, network, NMS.
+    TensorFlow paths: the detection SavedModel (the path's folding and precision) through its
+    image_bytes signature; the TFLite path: tf.io.decode_jpeg and TFLiteDetector.detect."""
     import numpy as np
     import tensorflow as tf
 
@@ -161,12 +187,18 @@ def measure_end_to_end(path: str) -> dict:
 
     model, _ = inference_model(path)
     spec = SPEED_PATHS[path]
+    pixels = np.random.default_rng(0).integers(0, 256, JPEG_SIZE + (3,), dtype=np.uint8)
+    jpeg = tf.io.encode_jpeg(pixels).numpy()
+    if uses_tflite(path):
+        detector = tflite_detector(model)
+        seconds = median_seconds(lambda: detector.detect(tf.io.decode_jpeg(jpeg, channels=3)),
+                                 FLAGS.repeats)
+        return {"end_to_end_ms": seconds * 1e3}
     export_dir = os.path.join(tempfile.mkdtemp(prefix="efficientdet_speed_"), "saved_model")
     export_detector(model, export_dir, fold_batch_norm=spec["fold"],
                     mixed_precision=spec["infer_precision"])
     detect = tf.saved_model.load(export_dir).signatures["image_bytes"]
-    pixels = np.random.default_rng(0).integers(0, 256, JPEG_SIZE + (3,), dtype=np.uint8)
-    images = tf.constant([tf.io.encode_jpeg(pixels).numpy()])
+    images = tf.constant([jpeg])
     seconds = median_seconds(lambda: detect(images=images)["num_detections"].numpy(),
                              FLAGS.repeats)
     return {"end_to_end_ms": seconds * 1e3}
@@ -174,15 +206,18 @@ def measure_end_to_end(path: str) -> dict:
 
 def measure_ap(path: str) -> dict:
     """AP and AP50 of the demo run in --model_dir: the unfolded float32 model on the float32
-    path, the path's inference network (folded, its precision) otherwise."""
+    path; the path's inference network (folded, its precision) or its .tflite otherwise."""
     from efficientdet_keras.cli.common import load_model_and_config
     from efficientdet_keras.export.saved_model import inference_network
 
     data = demo_validation_data(FLAGS.model_dir)
     model, config = load_model_and_config(FLAGS.model_dir, "", FLAGS.model_name, FLAGS.hparams)
     spec = SPEED_PATHS[path]
-    network = inference_network(model, spec["fold"], spec["infer_precision"])
-    metrics = keras_metrics(network, network.config, data)
+    if uses_tflite(path):
+        metrics, _ = tflite_metrics_and_latency(tflite_detector(model).path, data, repeats=1)
+    else:
+        network = inference_network(model, spec["fold"], spec["infer_precision"])
+        metrics = keras_metrics(network, network.config, data)
     return {"AP": float(metrics["AP"]), "AP50": float(metrics["AP50"])}
 
 
@@ -337,9 +372,14 @@ def machine_line() -> str:
 def describe_path(name: str) -> str:
     spec = SPEED_PATHS[name]
     memory = (", memory row with %s" % spec["memory_hparams"]) if spec["memory_hparams"] else ""
-    return "%s: training %s%s; inference %s, BatchNorm %s; no XLA" % (
-        name, spec["train_hparams"] or "float32", memory, spec["infer_precision"] or "float32",
-        "folded" if spec["fold"] else "unfolded")
+    if uses_tflite(name):
+        inference = ("TFLite float32 (raw outputs, XNNPACK, %d threads) with the package's "
+                     "post-processing" % os.cpu_count())
+    else:
+        inference = "TensorFlow %s, BatchNorm %s" % (spec["infer_precision"] or "float32",
+                                                     "folded" if spec["fold"] else "unfolded")
+    return "%s: training %s%s; inference %s; no XLA" % (
+        name, spec["train_hparams"] or "float32", memory, inference)
 
 
 def bench_speed(config) -> None:
