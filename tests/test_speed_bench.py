@@ -37,7 +37,8 @@ def test_tiny_speed_run_prints_both_paths_and_their_ratio(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     assert out.startswith("efficientdet-d0 on ") and " cores, TensorFlow " in out
-    assert "medians of 2 runs" in out
+    assert "medians (training: 2 steps after 2 warm-up steps; latency: 6 runs after 10 " \
+        "warm-up runs;" in out
     assert "best: training float32, memory row with grad_checkpoint=true; inference TFLite " \
         "float32 (raw outputs, XNNPACK, %d threads)" % os.cpu_count() in out
     cells = table_cells(out)

@@ -91,10 +91,10 @@ flags.DEFINE_integer("pipeline_images", 256, "pipeline, augment: how many synthe
                      "training images to write to --data_dir.", lower_bound=8)
 
 
-def median_seconds(fn, repeats: int) -> float:
-    """Runs fn once to warm up (tracing), then `repeats` times; returns the median time."""
+def median_seconds(fn, repeats: int, warmup: int = 1) -> float:
+    """Runs fn `warmup` times (tracing), then `repeats` times; returns the median time."""
     from efficientdet_keras.inference.detector import timed_runs
-    return statistics.median(timed_runs(fn, repeats, warmup=1))
+    return statistics.median(timed_runs(fn, repeats, warmup=warmup))
 
 
 def bench_postprocess(config) -> None:

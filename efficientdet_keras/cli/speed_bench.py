@@ -48,6 +48,11 @@ MEMORY_SHAPE = (512, 8)
 INFERENCE_SIZE = 512
 JPEG_SIZE = (480, 640)  # The end-to-end row's input: one 640x480 JPEG (height, width).
 WARMUP_STEPS = 2  # Training steps left out of the median (tracing, first oneDNN calls).
+# Latency rows: runs before the timed ones, and timed runs per --repeats. The first ten or so
+# runs of either runtime were up to 1.5x slower than the rest here (XNNPACK: 75-80 ms, then
+# 47-55 ms at 512 px); 3x the runs steadies medians that vary 10-20% from run to run.
+LATENCY_WARMUP = 10
+LATENCY_RUNS_PER_REPEAT = 3
 MEMORY_STEPS = 3  # Steps of the memory child when the training rows are not asked for.
 
 
@@ -144,6 +149,12 @@ def inference_model(path: str):
     return model, inference_network(model, spec["fold"], spec["infer_precision"])
 
 
+def latency_ms(fn) -> float:
+    """Median milliseconds of fn after LATENCY_WARMUP runs."""
+    return 1e3 * median_seconds(fn, LATENCY_RUNS_PER_REPEAT * FLAGS.repeats,
+                                warmup=LATENCY_WARMUP)
+
+
 def uses_tflite(path: str) -> bool:
     return SPEED_PATHS[path]["infer_runtime"] == "tflite"
 
@@ -168,12 +179,10 @@ def measure_network(path: str) -> dict:
     if uses_tflite(path):
         detector = tflite_detector(model)
         image = np.random.default_rng(1).integers(0, 256, detector.image_size + (3,), np.uint8)
-        seconds = median_seconds(lambda: detector.run(image), FLAGS.repeats)
-        return {"network_ms": seconds * 1e3}
+        return {"network_ms": latency_ms(lambda: detector.run(image))}
     images = tf.random.uniform([1, FLAGS.image_size, FLAGS.image_size, 3], -2.0, 2.0, seed=1)
     forward = tf.function(lambda x: network(x, training=False))
-    seconds = median_seconds(lambda: [o.numpy() for o in forward(images)[0]], FLAGS.repeats)
-    return {"network_ms": seconds * 1e3}
+    return {"network_ms": latency_ms(lambda: [o.numpy() for o in forward(images)[0]])}
 
 
 def measure_end_to_end(path: str) -> dict:
@@ -191,17 +200,15 @@ def measure_end_to_end(path: str) -> dict:
     jpeg = tf.io.encode_jpeg(pixels).numpy()
     if uses_tflite(path):
         detector = tflite_detector(model)
-        seconds = median_seconds(lambda: detector.detect(tf.io.decode_jpeg(jpeg, channels=3)),
-                                 FLAGS.repeats)
-        return {"end_to_end_ms": seconds * 1e3}
+        return {"end_to_end_ms": latency_ms(
+            lambda: detector.detect(tf.io.decode_jpeg(jpeg, channels=3)))}
     export_dir = os.path.join(tempfile.mkdtemp(prefix="efficientdet_speed_"), "saved_model")
     export_detector(model, export_dir, fold_batch_norm=spec["fold"],
                     mixed_precision=spec["infer_precision"])
     detect = tf.saved_model.load(export_dir).signatures["image_bytes"]
     images = tf.constant([jpeg])
-    seconds = median_seconds(lambda: detect(images=images)["num_detections"].numpy(),
-                             FLAGS.repeats)
-    return {"end_to_end_ms": seconds * 1e3}
+    return {"end_to_end_ms": latency_ms(
+        lambda: detect(images=images)["num_detections"].numpy())}
 
 
 def measure_ap(path: str) -> dict:
@@ -388,9 +395,10 @@ def bench_speed(config) -> None:
     rows = [row for row in SPEED_ROWS if row in FLAGS.speed_rows]
     results = measure_all(rows)
     print("%s on %s" % (FLAGS.model_name, machine_line()))
-    print("medians of %d runs (training: %d steps after %d warm-up steps; first step and "
-          "memory: one fresh process each, memory after the training steps)"
-          % (FLAGS.repeats, FLAGS.repeats, WARMUP_STEPS))
+    print("medians (training: %d steps after %d warm-up steps; latency: %d runs after %d "
+          "warm-up runs; first step and memory: one fresh process each, memory after the "
+          "training steps)" % (FLAGS.repeats, WARMUP_STEPS, LATENCY_RUNS_PER_REPEAT * FLAGS.repeats,
+                               LATENCY_WARMUP))
     for name in SPEED_PATHS:
         print(describe_path(name))
     print(format_table(results, rows, FLAGS.model_dir))
