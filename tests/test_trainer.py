@@ -190,15 +190,15 @@ def test_ema_follows_the_warmup_rule():
     start = layer.kernel.numpy().copy()
     layer.kernel.assign(start + 1.0)
     ema.update(tf.constant(0))  # decay = min(0.9, 1/10) = 0.1
-    np.testing.assert_allclose(ema.shadows[0].numpy(), 0.1 * start + 0.9 * (start + 1.0), rtol=1e-6)
+    np.testing.assert_allclose(ema.shadows[0].numpy(), 0.1 * start + 0.9 * (start + 1.0), rtol=1e-6, atol=1e-6)
     ema.update(tf.constant(1000))  # decay = 0.9
     expected = 0.9 * (0.1 * start + 0.9 * (start + 1.0)) + 0.1 * (start + 1.0)
-    np.testing.assert_allclose(ema.shadows[0].numpy(), expected, rtol=1e-6)
+    np.testing.assert_allclose(ema.shadows[0].numpy(), expected, rtol=1e-6, atol=1e-6)
     layer.kernel.assign(start + 5.0)
     ema.update(tf.constant(1001), apply=tf.constant(False))  # A skipped (non-finite) step.
-    np.testing.assert_allclose(ema.shadows[0].numpy(), expected, rtol=1e-6)
+    np.testing.assert_allclose(ema.shadows[0].numpy(), expected, rtol=1e-6, atol=1e-6)
     layer.kernel.assign(start + 1.0)
     raw = layer.kernel.numpy().copy()
     with ema.swapped_in():
-        np.testing.assert_allclose(layer.kernel.numpy(), expected, rtol=1e-6)
+        np.testing.assert_allclose(layer.kernel.numpy(), expected, rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(layer.kernel.numpy(), raw)
