@@ -20,7 +20,6 @@ built-in kernels only. ai-edge-litert is imported when a detector is made:
 it is an extra (`pip install "efficientdet_keras[tflite]"`).
 """
 
-import functools
 import json
 import os
 from typing import Dict, Optional, Sequence, Tuple
@@ -114,28 +113,13 @@ def letterbox_uint8(image, image_size: Sequence[int], mean_rgb: Sequence[float])
     Returns:
       (uint8 numpy [H, W, 3], scale float: original pixels per input pixel).
     """
-    letterbox = _letterbox_function(tuple(int(n) for n in image_size),
-                                    tuple(float(v) for v in mean_rgb))
-    padded, scale = letterbox(image)
-    return to_uint8(padded), float(scale)
-
-
-@functools.lru_cache(maxsize=16)
-def _letterbox_function(image_size: Tuple[int, int], mean_rgb: Tuple[float, ...]):
-    """A tf.function of the letterbox for one input size and mean: run eagerly, its ops took
-    11 ms of a 640x480 image's 3 ms decode + 47 ms network (D0 at 512, 2 cores)."""
     import tensorflow as tf
     from efficientdet_keras.data.augment import resize_crop_pad
     mean = tf.constant(mean_rgb, tf.float32)
-
-    # reduce_retracing: images of many sizes share one trace after the second size.
-    @tf.function(reduce_retracing=True)
-    def letterbox(image):
-        # Shifting by -mean before padding and +mean after makes the padding mean, not 0.
-        shifted, _, scale, _ = resize_crop_pad(image, tf.zeros([0, 4]), image_size,
-                                               normalize=lambda x: x - mean)
-        return shifted + mean, scale
-    return letterbox
+    # Shifting by -mean before padding and +mean after makes the padding mean, not 0.
+    shifted, _, scale, _ = resize_crop_pad(tf.convert_to_tensor(image), tf.zeros([0, 4]),
+                                           image_size, normalize=lambda x: x - mean)
+    return to_uint8(shifted + mean), float(scale)
 
 
 def to_uint8(image) -> np.ndarray:
