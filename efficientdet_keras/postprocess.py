@@ -13,6 +13,10 @@ import tensorflow as tf
 from efficientdet_keras.anchors import Anchors, decode_boxes
 
 NMS_METHODS = ("hard", "gaussian", "combined")
+# From this many classes on, the top-k first keeps the best anchors (`_top_candidates`).
+# Top-5000 of D0's 49,104 anchors on this CPU: 8 classes level (4.4 ms), 20 classes
+# 7.1 -> 5.5 ms, 90 classes 19 -> 8 ms; below 10 classes the extra top-k costs what it saves.
+PRESELECT_MIN_CLASSES = 10
 
 
 class Detections(NamedTuple):
@@ -49,9 +53,17 @@ def _top_candidates(logits: tf.Tensor, codes: tf.Tensor, anchors: tf.Tensor, k: 
     Returns boxes `[B, k, 4]`, scores `[B, k]`, classes `[B, k]` (0-based).
     """
     num_classes = logits.shape[-1]
+    anchor_ids = None
+    if num_classes >= PRESELECT_MIN_CLASSES and k < anchors.shape[0]:
+        # The k best pairs lie in the k anchors with the best class score (another anchor
+        # has k better pairs above it, one per anchor), so top-k searches k x C, not A x C.
+        _, anchor_ids = tf.math.top_k(tf.reduce_max(logits, axis=-1), k=k, sorted=False)
+        logits = tf.gather(logits, anchor_ids, batch_dims=1)
     flat_logits = tf.reshape(logits, [tf.shape(logits)[0], -1])
     top_logits, top_index = tf.math.top_k(flat_logits, k=k, sorted=False)
     anchor_index = top_index // num_classes
+    if anchor_ids is not None:
+        anchor_index = tf.gather(anchor_ids, anchor_index, batch_dims=1)
     classes = top_index % num_classes
     top_codes = tf.gather(codes, anchor_index, batch_dims=1)
     boxes = decode_boxes(top_codes, tf.gather(anchors, anchor_index))

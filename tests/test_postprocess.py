@@ -136,3 +136,38 @@ def test_coco_rows_keep_large_image_ids_exact():
     np.testing.assert_allclose(rows[2], [6.0, 5.0, 3.0, 2.0, 0.25, 2.0])
     top_id = 2 ** 63 - 1  # Not even float64 holds it; the int64 column does.
     assert to_coco_rows(np.array([top_id, 1], np.int64), detections).image_ids[0] == top_id
+
+
+@pytest.mark.parametrize("num_classes", [12, 90])
+def test_top_candidates_are_the_top_k_pairs_of_all_anchors(num_classes, monkeypatch):
+    from efficientdet_keras import postprocess
+    rng = np.random.default_rng(7)
+    num_anchors, k = 3000, 400
+    # One high class per anchor, so the best pairs spread over many anchors, and three
+    # anchors with every class high, so some anchors give many of them.
+    logits = rng.normal(-5, 2, [2, num_anchors, num_classes]).astype(np.float32)
+    high_class = rng.integers(0, num_classes, [2, num_anchors])
+    np.put_along_axis(logits, high_class[..., None],
+                      rng.normal(3, 1, [2, num_anchors, 1]).astype(np.float32), axis=-1)
+    logits[:, :3, :] = rng.normal(4, 1, [2, 3, num_classes])
+    codes = np.zeros([2, num_anchors, 4], np.float32)  # Each box is its anchor.
+    anchors = np.tile(np.array([[10.0, 10.0, 50.0, 70.0]], np.float32), [num_anchors, 1])
+    anchors += np.arange(num_anchors, dtype=np.float32)[:, None]  # One box per anchor.
+    args = tf.constant(logits), tf.constant(codes), tf.constant(anchors), k
+    assert postprocess.PRESELECT_MIN_CLASSES <= num_classes  # The preselecting path.
+    boxes, scores, classes = [t.numpy() for t in postprocess._top_candidates(*args)]
+    monkeypatch.setattr(postprocess, "PRESELECT_MIN_CLASSES", 10**6)
+    plain = [t.numpy() for t in postprocess._top_candidates(*args)]
+    for image in range(2):
+        # numpy's own top k of every (anchor, class) pair.
+        best = np.argsort(-logits[image].reshape(-1), kind="stable")[:k]
+        expected = sorted(zip(best // num_classes, best % num_classes))
+        anchor_of_box = np.rint(boxes[image, :, 0] - 10.0).astype(int)
+        order = np.lexsort((classes[image], anchor_of_box))
+        assert sorted(zip(anchor_of_box, classes[image])) == expected
+        plain_order = np.lexsort((plain[2][image], np.rint(plain[0][image, :, 0] - 10.0)))
+        np.testing.assert_array_equal(boxes[image, order], plain[0][image, plain_order])
+        np.testing.assert_array_equal(scores[image, order], plain[1][image, plain_order])
+        np.testing.assert_allclose(np.sort(scores[image]),
+                                   np.sort(1 / (1 + np.exp(-logits[image].reshape(-1)[best]))),
+                                   rtol=1e-6)

@@ -26,8 +26,9 @@ from efficientdet_keras.evaluation.tflite_evaluation import (TFLiteEvaluation,
                                                              pipeline_images_to_uint8)
 from efficientdet_keras.export.saved_model import preprocess_image
 from efficientdet_keras.export.tflite import export_tflite
+from efficientdet_keras.data.augment import resize_crop_pad
 from efficientdet_keras.export.tflite_runner import (INSTALL_HINT, LiteRTMissingError,
-                                                     TFLiteDetector)
+                                                     TFLiteDetector, letterbox_uint8, to_uint8)
 from efficientdet_keras.postprocess import postprocess_detections
 from efficientdet_keras.reports.eval_images import EvaluationImages
 
@@ -103,6 +104,25 @@ def test_letterbox_equals_the_saved_model_preprocessing(exported):
     assert abs(normalised[40:]).max() < 0.01
     assert scale == pytest.approx(float(expected_scale)) and scale == pytest.approx(40 / 28)
 
+
+
+def test_traced_letterbox_equals_the_eager_one_for_every_image_size(exported):
+    _, paths, _ = exported
+    detector = TFLiteDetector(paths["raw"])
+    mean = detector.config.mean_rgb
+    # Down- and up-scaled, wide and tall, and a float image (which takes the eager path).
+    images = [photo(3, (90, 150, 3)), photo(4, (20, 30, 3)), photo(5, (64, 63, 3)),
+              photo(6, (200, 17, 3)), photo(7, (30, 40, 3)).astype(np.float32) + 0.5]
+    for image in images:
+        got, scale = detector.letterbox(image)
+        expected, expected_scale = letterbox_uint8(image, detector.image_size, mean)
+        # The numpy rounding the eager path used before it was written in TF ops.
+        shifted, _, _, _ = resize_crop_pad(tf.constant(image), tf.zeros([0, 4]),
+                                           detector.image_size, normalize=lambda x: x - mean)
+        np.testing.assert_array_equal(got, to_uint8(shifted.numpy() + np.float32(mean)))
+        np.testing.assert_array_equal(got, expected)
+        assert got.dtype == np.uint8 and scale == expected_scale
+    assert len(detector._letterbox_fn._list_all_concrete_functions()) == 1  # One trace.
 
 def test_raw_file_detections_equal_keras_postprocessing_in_original_pixels(exported):
     model, paths, _ = exported
