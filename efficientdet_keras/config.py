@@ -23,6 +23,8 @@ _TUPLE_KEYS = ("image_size",)
 _PLAIN_DICT_KEYS = ("label_map", "model_optimizations")
 # Boolean keys that also take a string (mixed_precision: "float16" or "bfloat16").
 _BOOL_OR_STRING_KEYS = ("mixed_precision",)
+# String keys that also take a list of strings (grappler_off: "auto" or pass names).
+_STRING_OR_LIST_KEYS = ("grappler_off",)
 
 
 class Config:
@@ -387,6 +389,9 @@ def _coerce_like(current: Any, value: Any, key: str) -> Any:
         _expect(_is_number(value), key, "a number", value)
         return float(value)
     elif isinstance(current, str):
+        if leaf in _STRING_OR_LIST_KEYS and isinstance(value, (list, tuple)):
+            _expect(all(isinstance(v, str) for v in value), key, "strings", value)
+            return list(value)
         _expect(isinstance(value, str), key, "a string", value)
     elif isinstance(current, (list, tuple)) and leaf not in _TUPLE_KEYS:
         items = list(value) if isinstance(value, (list, tuple)) else [value]
@@ -412,6 +417,19 @@ def _in_range(low: float, high: float, high_included: bool = False):
         return _is_number(value) and low <= value and (value <= high if high_included
                                                          else value < high)
     return check
+
+
+# Grappler passes grappler_off may name (fields of TensorFlow's RewriterConfig; see
+# training/grappler.py).
+GRAPPLER_PASSES = ("memory_optimization", "arithmetic_optimization", "dependency_optimization",
+                   "constant_folding", "layout_optimizer", "remapping", "loop_optimization",
+                   "shape_optimization", "function_optimization")
+
+
+def _is_grappler_setting(value: Any) -> bool:
+    names = [value] if isinstance(value, str) else value
+    return value == "auto" or not value or (
+        isinstance(names, (list, tuple)) and all(name in GRAPPLER_PASSES for name in names))
 
 
 # Values of autoaugment_policy: off, the detection policies v0-v3, RandAugment.
@@ -450,6 +468,8 @@ _VALUE_RULES = {
     "autoaugment_policy": (lambda v: v in AUTOAUGMENT_POLICIES,
                            "none, %s" % ", ".join(p for p in AUTOAUGMENT_POLICIES if p)),
     "nan_recovery_lr_factor": (lambda v: _is_number(v) and 0 < v < 1, "a number in (0, 1)"),
+    "grappler_off": (_is_grappler_setting, "auto, none or a list of Grappler passes from %s"
+                     % ", ".join(GRAPPLER_PASSES)),
     "sync_batch_norm": (lambda v: v is None or isinstance(v, bool),
                         "null (on with more than one replica), true or false"),
 }
@@ -597,6 +617,10 @@ def default_config() -> Config:
         # Precision, compilation, distribution.
         mixed_precision=False,  # False, "float16", "bfloat16", or True (float16 on GPU, bfloat16 on TPU).
         jit_compile=False,
+        # Grappler passes fit and evaluate turn off: "auto" (the memory optimizer, on a
+        # machine without GPUs or TPUs: a faster first step), none, or names
+        # (training/grappler.py).
+        grappler_off="auto",
         steps_per_execution=1,
         strategy="",
         # Evaluation and post-processing.

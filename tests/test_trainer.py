@@ -3,12 +3,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras as keras
+from tensorflow.core.protobuf import rewriter_config_pb2
+from tensorflow.python.eager import context
 
 from conftest import tiny_config
 from efficientdet_keras.checkpoint import variable_name
 from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
 from efficientdet_keras.training.ema import ExponentialMovingAverage
+from efficientdet_keras.training.grappler import CPU_PASSES_OFF, resolve_passes
 from efficientdet_keras.training.optimizers import (CosineDecaySchedule, FusedSGD,
                                                    learning_rate_schedule)
 from efficientdet_keras.training.trainer import EfficientDetNetTrain
@@ -126,6 +129,73 @@ def test_grad_checkpoint_makes_the_same_training_step(data):
     for ours_slot, plain_slot in zip(slots, plain_slots):
         np.testing.assert_allclose(ours_slot.numpy(), plain_slot.numpy(), rtol=1e-3, atol=1e-7)
     assert sum(not np.array_equal(a, b) for a, b in zip(initial, ours.values())) > 100
+
+
+def rewrite_options():
+    """The Grappler options of the tf.function calls this thread makes now."""
+    serialized = context.context().function_call_options.config_proto_serialized
+    return tf.compat.v1.ConfigProto.FromString(serialized).graph_options.rewrite_options
+
+
+def test_fit_and_evaluate_run_with_the_grappler_passes_off_and_the_same_results(data):
+    """grappler_off: the train and test steps of fit run without those passes, and so does
+    evaluate; the thread's options are back after; the step's results do not change."""
+    before = rewrite_options()
+    off = ["memory_optimization", "arithmetic_optimization"]
+    seen, results = {}, []
+
+    class Record(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            seen["train"] = rewrite_options()
+
+        def on_test_batch_end(self, batch, logs=None):
+            seen["test"] = rewrite_options()
+
+    for setting in ([], off):
+        config = small_config(grappler_off=setting)
+        model = EfficientDetNetTrain(config)
+        if results:
+            for variable, value in zip(model.variables, results[0][1]):
+                variable.assign(value)
+        initial = [v.numpy() for v in model.variables]
+        model.compile(steps_per_epoch=1)
+        batches = tf.data.Dataset.from_tensors(one_batch(config, data)).repeat()
+        history = model.fit(batches, epochs=1, steps_per_epoch=1, validation_data=batches,
+                            validation_steps=1, callbacks=[Record()], verbose=0)
+        evaluated = model.evaluate(batches, steps=1, callbacks=[Record()], return_dict=True,
+                                   verbose=0)
+        results.append((history.history, initial, weights(model), evaluated))
+        assert rewrite_options() == before
+        for step in ("train", "test"):
+            expected = tf.compat.v1.ConfigProto().graph_options.rewrite_options
+            expected.CopyFrom(before)
+            if setting:
+                expected.memory_optimization = rewriter_config_pb2.RewriterConfig.NO_MEM_OPT
+                expected.arithmetic_optimization = rewriter_config_pb2.RewriterConfig.OFF
+            assert seen[step] == expected, step
+    (plain_history, _, plain, plain_eval), (history, _, ours, evaluated) = results
+    for key in ("det_loss", "val_det_loss", "gradient_norm"):
+        assert history[key][0] == pytest.approx(plain_history[key][0], rel=1e-5), key
+    assert evaluated["det_loss"] == pytest.approx(plain_eval["det_loss"], rel=1e-5)
+    for name, value in plain.items():
+        np.testing.assert_allclose(ours[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_grappler_off_auto_and_bad_names():
+    from efficientdet_keras import get_efficientdet_config
+    assert resolve_passes("auto") == CPU_PASSES_OFF  # This machine has no GPU or TPU.
+    assert resolve_passes(None) == () and resolve_passes([]) == ()
+    assert resolve_passes("remapping") == ("remapping",)
+    with pytest.raises(ValueError, match="grappler_off.*'fast'"):
+        resolve_passes(["fast"])
+    with pytest.raises(ValueError, match="grappler_off must be auto, none or a list"):
+        get_efficientdet_config("efficientdet-d0").override({"grappler_off": ["fast"]})
+    config = get_efficientdet_config("efficientdet-d0")
+    assert config.grappler_off == "auto"
+    config.override("grappler_off=none")  # The README's spelling for every pass on.
+    assert resolve_passes(config.grappler_off) == ()
+    config.override({"grappler_off": ["memory_optimization", "remapping"]})  # YAML's list.
+    assert resolve_passes(config.grappler_off) == ("memory_optimization", "remapping")
 
 
 @pytest.mark.parametrize("make_optimizer", [lambda: keras.optimizers.SGD(0.1),

@@ -27,6 +27,7 @@ from efficientdet_keras.losses import DetectionLoss
 from efficientdet_keras.model import EfficientDetNet
 from efficientdet_keras.optimization import is_pruning
 from efficientdet_keras.training.ema import ExponentialMovingAverage, is_batch_norm_statistic
+from efficientdet_keras.training.grappler import grappler_passes_off, resolve_passes
 from efficientdet_keras.training.nan_guard import NaNRecoveryState, NonFiniteRecord, run_cond
 from efficientdet_keras.training.optimizers import clip_gradients
 
@@ -155,6 +156,15 @@ class EfficientDetNetTrain(EfficientDetNet):
         # is traced a second time, which doubled the time to the first training step.
         with self.distribute_strategy.scope():
             self.optimizer.build(self.variables_to_train)
+
+    # --- fit and evaluate: their steps run with the config's Grappler passes off -----
+    def fit(self, *args, **kwargs):
+        with grappler_passes_off(resolve_passes(self.config.get("grappler_off"))):
+            return super().fit(*args, **kwargs)
+
+    def evaluate(self, *args, **kwargs):
+        with grappler_passes_off(resolve_passes(self.config.get("grappler_off"))):
+            return super().evaluate(*args, **kwargs)
 
     # --- metrics ---------------------------------------------------------------
     def _update_trackers(self, values: Dict[str, tf.Tensor],
