@@ -43,6 +43,15 @@ def weights(model):
     return {variable_name(v): v.numpy().copy() for v in model.variables}
 
 
+def model_starting_at(config, values=None):
+    """EfficientDetNetTrain(config) with its variables set to `values` (None: its own initial
+    ones), and the values it starts from."""
+    model = EfficientDetNetTrain(config)
+    for variable, value in zip(model.variables, values or []):
+        variable.assign(value)
+    return model, [v.numpy() for v in model.variables]
+
+
 def test_compile_builds_optimizer_and_schedule_from_config():
     model = EfficientDetNetTrain(small_config())
     model.compile(steps_per_epoch=10)
@@ -113,11 +122,7 @@ def test_grad_checkpoint_makes_the_same_training_step(data):
     for grad_checkpoint in (False, True):
         tf.random.set_seed(1)
         config = small_config(grad_checkpoint=grad_checkpoint)
-        model = EfficientDetNetTrain(config)
-        if results:
-            for variable, value in zip(model.variables, results[0][1]):
-                variable.assign(value)
-        initial = [v.numpy() for v in model.variables]
+        model, initial = model_starting_at(config, results[0][1] if results else None)
         model.compile(steps_per_epoch=10)
         logs = model.train_on_batch(*one_batch(config, data), return_dict=True)
         results.append((logs, initial, weights(model), model.optimizer.variables))
@@ -153,11 +158,7 @@ def test_fit_and_evaluate_run_with_the_grappler_passes_off_and_the_same_results(
 
     for setting in ([], off):
         config = small_config(grappler_off=setting)
-        model = EfficientDetNetTrain(config)
-        if results:
-            for variable, value in zip(model.variables, results[0][1]):
-                variable.assign(value)
-        initial = [v.numpy() for v in model.variables]
+        model, initial = model_starting_at(config, results[0][1] if results else None)
         model.compile(steps_per_epoch=1)
         batches = tf.data.Dataset.from_tensors(one_batch(config, data)).repeat()
         history = model.fit(batches, epochs=1, steps_per_epoch=1, validation_data=batches,
