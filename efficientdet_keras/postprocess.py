@@ -55,8 +55,8 @@ def _top_candidates(logits: tf.Tensor, codes: tf.Tensor, anchors: tf.Tensor, k: 
     num_classes = logits.shape[-1]
     anchor_ids = None
     if num_classes >= PRESELECT_MIN_CLASSES and k < anchors.shape[0]:
-        # The k best pairs lie in the k anchors with the best class score (another anchor
-        # has k better pairs above it, one per anchor), so top-k searches k x C, not A x C.
+        # The k best pairs lie in the k anchors with the best class score: any other anchor's
+        # pairs are outranked by k pairs, one in each kept anchor. Top-k then searches k x C.
         _, anchor_ids = tf.math.top_k(tf.reduce_max(logits, axis=-1), k=k, sorted=False)
         logits = tf.gather(logits, anchor_ids, batch_dims=1)
     flat_logits = tf.reshape(logits, [tf.shape(logits)[0], -1])
