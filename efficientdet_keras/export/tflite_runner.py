@@ -247,7 +247,7 @@ class TFLiteDetector:
         found = self._raw_postprocess(outputs["class_outputs"], outputs["box_outputs"],
                                       np.array([scale], np.float32))
         # Sliced in numpy rather than with eager ops.
-        found = found._replace(**{key: value.numpy() for key, value in found._asdict().items()})
-        count = int(found.valid[0])
-        return {"boxes": found.boxes[0, :count], "scores": found.scores[0, :count],
-                "classes": found.classes[0, :count].astype(np.int64)}
+        boxes, scores, classes, valid = (tensor.numpy() for tensor in found)
+        count = int(valid[0])
+        return {"boxes": boxes[0, :count], "scores": scores[0, :count],
+                "classes": classes[0, :count].astype(np.int64)}
