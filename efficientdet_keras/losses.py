@@ -11,7 +11,6 @@ Target conventions (from `anchors.AnchorLabeler`): class targets are
 
 import math
 
-import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
@@ -211,23 +210,32 @@ class DetectionLoss:
         self.box = BoxLoss(config.delta)
         self.iou = IoULoss(config.iou_loss_type) if config.iou_loss_type else None
         if self.iou is not None:
-            anchors = Anchors(config, image_size or config.image_size)
-            pieces = np.split(anchors.boxes, np.cumsum(anchors.level_counts())[:-1])
-            self.level_anchors = [
-                tf.constant(p.reshape(h, w, -1))
-                for p, (h, w) in zip(pieces, anchors.level_shapes.values())]
+            # Level-major, row-major: the order in which _all_levels concatenates anchors.
+            self.anchors = tf.constant(Anchors(config, image_size or config.image_size).boxes)
+
+    def _all_levels(self, tensors, per_anchor: int) -> tf.Tensor:
+        """Per-level `[B, H, W, A * per_anchor]` tensors as one `[B, sum(H*W*A), per_anchor]`.
+
+        The losses then see one row of anchors with one anchor per position (A = 1), and
+        run once over every level instead of once per level: the same sum, about 660 fewer
+        ops in D0's training step (each loss and its gradient, five times over).
+        """
+        batch = tf.shape(tensors[0])[0]
+        return tf.concat([tf.reshape(x, [batch, -1, per_anchor]) for x in tensors], axis=1)
 
     def __call__(self, labels, class_outputs, box_outputs):
         num_positives = labels["num_positives"]
-        cls_loss = box_loss = iou_loss = 0.0
-        for i, level in enumerate(self.levels):
-            class_targets = labels["class_targets_%d" % level]
-            box_targets = labels["box_targets_%d" % level]
-            cls_loss += self.focal((class_targets, num_positives), class_outputs[i])
-            box_loss += self.box((box_targets, class_targets, num_positives), box_outputs[i])
-            if self.iou is not None:
-                iou_loss += self.iou((box_targets, class_targets, num_positives,
-                                      self.level_anchors[i]), box_outputs[i])
+        class_targets = self._all_levels(
+            [labels["class_targets_%d" % level] for level in self.levels], 1)
+        box_targets = self._all_levels(
+            [labels["box_targets_%d" % level] for level in self.levels], 4)
+        box_outputs = self._all_levels(box_outputs, 4)
+        cls_loss = self.focal((class_targets, num_positives),
+                              self._all_levels(class_outputs, self.config.num_classes))
+        box_loss = self.box((box_targets, class_targets, num_positives), box_outputs)
+        if self.iou is not None:
+            iou_loss = self.iou((box_targets, class_targets, num_positives, self.anchors),
+                                box_outputs)
         losses = {"cls_loss": cls_loss, "box_loss": box_loss}
         det_loss = cls_loss + self.config.box_loss_weight * box_loss
         if self.iou is not None:

@@ -157,28 +157,40 @@ def test_losses_take_half_precision_and_return_float32(dtype):
 
 
 def test_detection_loss_sums_levels_with_weights():
+    """DetectionLoss runs each loss once over all levels concatenated; it must equal the sum
+    of the per-level losses, each level with its own anchors. Two anchor shapes per position
+    and CIoU (IoU and GIoU do not change when both boxes share an anchor; CIoU's aspect term
+    does) make a wrong anchor order show."""
     from conftest import tiny_config
+    from efficientdet_keras.anchors import Anchors
     from efficientdet_keras.losses import DetectionLoss
     config = tiny_config(num_classes=2, min_level=3, max_level=4, num_scales=1,
-                         aspect_ratios=[1.0], image_size=32, iou_loss_type="giou",
+                         aspect_ratios=[1.0, 2.0], image_size=32, iou_loss_type="ciou",
                          iou_loss_weight=2.0, box_loss_weight=10.0)
     rng = np.random.default_rng(7)
-    labels = {"num_positives": tf.constant([2.0])}
+    labels = {"num_positives": tf.constant([3.0, 2.0])}
     class_outputs, box_outputs = [], []
     for level, size in ((3, 4), (4, 2)):
-        labels["class_targets_%d" % level] = tf.constant(rng.integers(-2, 2, [1, size, size, 1]),
+        labels["class_targets_%d" % level] = tf.constant(rng.integers(-2, 2, [2, size, size, 2]),
                                                          tf.int32)
-        labels["box_targets_%d" % level] = tf.constant(rng.normal(0, 0.1, [1, size, size, 4]),
+        labels["box_targets_%d" % level] = tf.constant(rng.normal(0, 0.1, [2, size, size, 8]),
                                                        tf.float32)
-        class_outputs.append(tf.constant(rng.normal(0, 1, [1, size, size, 2]), tf.float32))
-        box_outputs.append(tf.constant(rng.normal(0, 0.1, [1, size, size, 4]), tf.float32))
+        class_outputs.append(tf.constant(rng.normal(0, 1, [2, size, size, 4]), tf.float32))
+        box_outputs.append(tf.constant(rng.normal(0, 0.1, [2, size, size, 8]), tf.float32))
     losses = DetectionLoss(config)(labels, class_outputs, box_outputs)
-    focal = sum(float(FocalLoss(2)((labels["class_targets_%d" % l], labels["num_positives"]), c))
-                for l, c in zip((3, 4), class_outputs))
-    box = sum(float(BoxLoss()((labels["box_targets_%d" % l], labels["class_targets_%d" % l],
-                               labels["num_positives"]), b)) for l, b in zip((3, 4), box_outputs))
+    anchors = Anchors(config, (32, 32))
+    level_anchors = np.split(anchors.boxes, np.cumsum(anchors.level_counts())[:-1])
+    focal = box = iou = 0.0
+    for i, (level, size) in enumerate(((3, 4), (4, 2))):
+        targets = labels["class_targets_%d" % level]
+        box_targets = labels["box_targets_%d" % level]
+        focal += float(FocalLoss(2)((targets, labels["num_positives"]), class_outputs[i]))
+        box += float(BoxLoss()((box_targets, targets, labels["num_positives"]), box_outputs[i]))
+        iou += float(IoULoss("ciou")((box_targets, targets, labels["num_positives"],
+                                      level_anchors[i].reshape(size, size, 8)), box_outputs[i]))
     np.testing.assert_allclose(float(losses["cls_loss"]), focal, rtol=1e-6)
     np.testing.assert_allclose(float(losses["box_loss"]), box, rtol=1e-6)
-    assert float(losses["iou_loss"]) > 0
-    np.testing.assert_allclose(float(losses["det_loss"]),
-                               focal + 10.0 * box + 2.0 * float(losses["iou_loss"]), rtol=1e-6)
+    np.testing.assert_allclose(float(losses["iou_loss"]), iou, rtol=1e-6)
+    assert iou > 0
+    np.testing.assert_allclose(float(losses["det_loss"]), focal + 10.0 * box + 2.0 * iou,
+                               rtol=1e-6)
