@@ -93,6 +93,15 @@ class Anchors:
         return [h * w * self.per_location for h, w in self.level_shapes.values()]
 
 
+def concat_levels(tensors: Sequence[tf.Tensor], per_anchor: int) -> tf.Tensor:
+    """Per-level `[B, H, W, A * per_anchor]` tensors as one `[B, sum(H*W*A), per_anchor]`.
+
+    Level-major, then row-major within a level: the order of `Anchors.boxes`.
+    """
+    batch = tf.shape(tensors[0])[0]
+    return tf.concat([tf.reshape(x, [batch, -1, per_anchor]) for x in tensors], axis=1)
+
+
 def encode_boxes(boxes: tf.Tensor, anchors: tf.Tensor) -> tf.Tensor:
     """Faster R-CNN box coding: [ty, tx, th, tw] of `boxes` relative to `anchors`.
 

@@ -10,7 +10,7 @@ from typing import NamedTuple, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from efficientdet_keras.anchors import Anchors, decode_boxes
+from efficientdet_keras.anchors import Anchors, concat_levels, decode_boxes
 
 NMS_METHODS = ("hard", "gaussian", "combined")
 # From this many classes on, the top-k first keeps the best anchors (`_top_candidates`).
@@ -39,11 +39,8 @@ def flatten_outputs(class_outputs: Sequence[tf.Tensor], box_outputs: Sequence[tf
 
     The anchor order equals `anchors.Anchors.boxes`.
     """
-    batch = tf.shape(class_outputs[0])[0]
-    logits = tf.concat([tf.reshape(tf.cast(c, tf.float32), [batch, -1, num_classes])
-                        for c in class_outputs], axis=1)
-    codes = tf.concat([tf.reshape(tf.cast(b, tf.float32), [batch, -1, 4]) for b in box_outputs],
-                      axis=1)
+    logits = concat_levels([tf.cast(c, tf.float32) for c in class_outputs], num_classes)
+    codes = concat_levels([tf.cast(b, tf.float32) for b in box_outputs], 4)
     return logits, codes
 
 
