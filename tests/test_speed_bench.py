@@ -84,3 +84,48 @@ def test_child_output_and_ratio_formatting():
     result = subprocess.run([sys.executable, "-c", PARSING_CHECKS], capture_output=True,
                             text=True, cwd=REPO_ROOT, timeout=300)
     assert result.returncode == 0 and result.stdout.strip() == "checked", result.stderr[-2000:]
+
+
+# measure_rounds with a stand-in for the children: which ran in which order, and the table.
+ROUNDS_CHECKS = """
+from efficientdet_keras.cli import speed_bench as sb
+sb.FLAGS(["bench", "--speed_scale=0.25", "--repeats=2", "--model_dir=/no/demo/run"])
+calls = []
+IMAGES_PER_S = {"float32": [10.0, 20.0, 30.0], "best": [5.0, 30.0, 12.0]}
+
+def fake_child(measure, path, size, batch, steps):
+    calls.append((measure, path, size, batch))
+    index = calls.count(calls[-1]) - 1  # This child's round.
+    if measure == "train":
+        return {"images_per_s": IMAGES_PER_S[path][index] if size == 64 else 1.0,
+                "first_step_s": 7.0, "max_rss_mb": 100.0}
+    if measure == "memory":
+        return {"max_rss_mb": 40.0 + 20 * index}
+    return {"network_ms": {"float32": 8.0, "best": 2.0 + index}[path]}
+
+rows = ["train_256_4", "network", "first_step", "memory"]
+rounds = sb.measure_rounds(rows, 3, run=fake_child)
+one_round = [("train", "float32", 64, 4), ("train", "best", 64, 4),
+             ("train", "float32", 128, 8),  # The best path's memory row has a child of its own.
+             ("network", "float32", 128, 1), ("network", "best", 128, 1),
+             ("memory", "best", 128, 8)]
+swapped = [one_round[1], one_round[0], one_round[2], one_round[4], one_round[3], one_round[5]]
+assert calls == one_round + swapped + one_round, calls
+medians, ranges = sb.combine_rounds(rounds)
+assert medians["float32"]["train_256_4"] == 20.0 and medians["best"]["train_256_4"] == 12.0
+assert ranges["train_256_4"] == (0.4, 1.5)
+assert medians["best"]["memory_mb"] == 60.0 and ranges["memory_mb"] == (0.4, 0.8)
+assert medians["best"]["network_ms"] == 3.0 and ranges["network_ms"] == (0.25, 0.5)
+table = sb.format_table(medians, rows, "/no/demo/run", ranges).splitlines()
+assert table[0] == "| measurement | float32 | best | best/float32 | rounds' best/float32 |"
+assert "| training 64 px batch 4 (img/s) | 20.00 | 12.00 | 0.60 | 0.40-1.50 |" in table, table
+assert "| peak memory, training 128 px batch 8 (MB) | 100 | 60 | 0.60 | 0.40-0.80 |" in table
+assert sb.format_table(medians, rows, "x").splitlines()[0].count("|") == 5  # One round.
+print("checked")
+"""
+
+
+def test_rounds_alternate_the_paths_and_the_table_gives_medians_and_ratio_ranges():
+    result = subprocess.run([sys.executable, "-c", ROUNDS_CHECKS], capture_output=True,
+                            text=True, cwd=REPO_ROOT, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "checked", result.stderr[-2000:]

@@ -23,10 +23,11 @@ Benchmarks:
   kills        a small demo training run killed with SIGKILL at --kills random moments (seeded
                by --kill_seed) and restarted each time: steps lost per kill, and whether the
                run still ends with the step count of an unkilled one.
-  speed        D0 on today's float32 path against the best one (mixed precision, BatchNorm
-               folded; cli/speed_bench.py SPEED_PATHS), side by side: training images/s at 256
-               and 512 px, batch 4 and 8; batch-1 latency at 512 px, network only and JPEG to
-               detections; time to the first step; peak training memory; demo AP and AP50.
+  speed        D0 on today's float32 path against the best one (cli/speed_bench.py
+               SPEED_PATHS), side by side: training images/s at 256 and 512 px, batch 4 and
+               8; batch-1 latency at 512 px, network only and JPEG to detections; time to the
+               first step; peak training memory; demo AP and AP50. --speed_rounds repeats the
+               fresh processes, the two paths alternating.
 """
 
 import os
@@ -85,6 +86,9 @@ SPEED_ROWS = ("train_256_4", "train_256_8", "train_512_4", "train_512_8", "netwo
               "first_step", "memory", "ap")
 flags.DEFINE_list("speed_rows", list(SPEED_ROWS),
                   "speed: the rows to measure, of %s." % ", ".join(SPEED_ROWS))
+flags.DEFINE_integer("speed_rounds", 1, "speed: rounds of fresh processes, the two paths "
+                     "alternating within each; the table gives each figure's median over the "
+                     "rounds and the range of the rounds' ratios.", lower_bound=1)
 flags.DEFINE_float("speed_scale", 1.0, "speed, for tests: multiplies every input size "
                    "(0.25: 512 -> 128 px, 256 -> 64 px).")
 flags.DEFINE_integer("pipeline_images", 256, "pipeline, augment: how many synthetic 640x480 "

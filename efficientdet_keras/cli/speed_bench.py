@@ -4,7 +4,10 @@ best path the package offers (SPEED_PATHS), measured in the same run.
 Every measurement runs in a fresh child process (`python -m efficientdet_keras.cli.speed_bench
 --measure=... --path=...`), so the two paths share no memory, traces or oneDNN caches, and the
 time to the first step and the peak memory are those of a process that does nothing else. Each
-child prints one JSON line; the parent prints the table.
+child prints one JSON line; the parent prints the table. With --speed_rounds, every child runs
+that many times, the two paths back to back and their order swapped each round, and the table
+gives the medians and the range of the rounds' ratios: on a shared machine, slow spells last
+minutes, and alternating puts them on both columns.
 """
 
 import json
@@ -292,30 +295,84 @@ def train_runs(rows):
     return runs
 
 
-def measure_all(rows) -> dict:
-    """{path: {key: value}} of every child the rows need, keys named by what they hold
-    (train_256_4, first_step_s, memory_mb, network_ms, end_to_end_ms, AP, AP50)."""
-    results = {path: {} for path in SPEED_PATHS}
-    for size, batch in train_runs(rows):
-        training_data(scaled(size))  # Written here once, not inside a timed child.
-    for path, values in results.items():
-        for (size, batch), steps in train_runs(rows).items():
-            trained = run_child("train", path, scaled(size), batch, steps)
+def path_children(path: str, rows):
+    """The children `path` runs for `rows`: [(name, (measure, size, batch, steps), pick)],
+    where pick(result) gives the table's {key: value} (train_256_4, first_step_s, memory_mb,
+    network_ms, end_to_end_ms, AP, AP50) from the child's JSON."""
+    own_memory_child = "memory" in rows and bool(SPEED_PATHS[path]["memory_hparams"])
+
+    def pick_training(shape):
+        def pick(trained):
+            values = {}
             if "images_per_s" in trained:
-                values[train_row((size, batch))] = trained["images_per_s"]
-            if (size, batch) == FIRST_STEP_SHAPE:
+                values[train_row(shape)] = trained["images_per_s"]
+            if shape == FIRST_STEP_SHAPE:
                 values["first_step_s"] = trained["first_step_s"]
-            if (size, batch) == MEMORY_SHAPE:
+            if shape == MEMORY_SHAPE and not own_memory_child:
                 values["memory_mb"] = trained["max_rss_mb"]
-        if "memory" in rows and SPEED_PATHS[path]["memory_hparams"]:
-            values["memory_mb"] = run_child("memory", path, scaled(MEMORY_SHAPE[0]),
-                                            MEMORY_SHAPE[1], MEMORY_STEPS)["max_rss_mb"]
-        for measure in ("network", "end_to_end"):
-            if measure in rows:
-                values.update(run_child(measure, path, scaled(INFERENCE_SIZE), 1))
-        if "ap" in rows and has_demo_run(FLAGS.model_dir):
-            values.update(run_child("ap", path, scaled(INFERENCE_SIZE), 8))
+            return values
+        return pick
+
+    def needed(shape):  # Not the training child that only a memory row of its own needs.
+        return (train_row(shape) in rows or (shape == FIRST_STEP_SHAPE and "first_step" in rows)
+                or (shape == MEMORY_SHAPE and not own_memory_child))
+
+    children = [(train_row(shape), ("train", scaled(shape[0]), shape[1], steps),
+                 pick_training(shape)) for shape, steps in train_runs(rows).items()
+                if needed(shape)]
+    if own_memory_child:
+        children.append(("memory", ("memory", scaled(MEMORY_SHAPE[0]), MEMORY_SHAPE[1],
+                                    MEMORY_STEPS), lambda r: {"memory_mb": r["max_rss_mb"]}))
+    for measure in ("network", "end_to_end"):
+        if measure in rows:
+            children.append((measure, (measure, scaled(INFERENCE_SIZE), 1, 0), dict))
+    if "ap" in rows and has_demo_run(FLAGS.model_dir):
+        children.append(("ap", ("ap", scaled(INFERENCE_SIZE), 8, 0), dict))
+    return children
+
+
+# The AP of a trained model does not vary from run to run: its children run in round 1 only.
+ONCE_ONLY = ("ap",)
+
+
+def measure_rounds(rows, rounds: int, run=None):
+    """[{path: {key: value}}] for each of `rounds` rounds. Within a round each child runs for
+    both paths back to back, the paths' order swapped every round, so that a slow spell of a
+    shared machine falls on both columns alike. `run` (for tests): run_child's stand-in."""
+    run = run or run_child
+    plans = {path: {name: (arguments, pick) for name, arguments, pick
+                    in path_children(path, rows)} for path in SPEED_PATHS}
+    names = list(dict.fromkeys(name for plan in plans.values() for name in plan))
+    results = []
+    for index in range(rounds):
+        order = list(SPEED_PATHS)[::1 if index % 2 == 0 else -1]
+        values = {path: {} for path in SPEED_PATHS}
+        for name in names:
+            if index and name in ONCE_ONLY:
+                continue
+            for path in order:
+                if name in plans[path]:
+                    (measure, size, batch, steps), pick = plans[path][name]
+                    values[path].update(pick(run(measure, path, size, batch, steps)))
+        results.append(values)
     return results
+
+
+def combine_rounds(rounds):
+    """({path: {key: median over the rounds}}, {key: (lowest, highest) best/float32 ratio of
+    one round}) of measure_rounds' results."""
+    medians, ratio_ranges = {}, {}
+    for path in SPEED_PATHS:
+        keys = {key for values in rounds for key in values[path]}
+        medians[path] = {key: statistics.median(values[path][key] for values in rounds
+                                                if key in values[path]) for key in keys}
+    first, second = SPEED_PATHS
+    for key in medians[first]:
+        ratios = [values[second][key] / values[first][key] for values in rounds
+                  if key in values[first] and key in values[second] and values[first][key]]
+        if ratios:
+            ratio_ranges[key] = (min(ratios), max(ratios))
+    return medians, ratio_ranges
 
 
 def has_demo_run(model_dir: str) -> bool:
@@ -351,15 +408,23 @@ def ratio_cell(float32_text: str, best_text: str) -> str:
     return "%.2f" % (float(best_text) / base) if base else "n/a"
 
 
-def format_table(results, rows, model_dir: str) -> str:
-    """The Markdown table: a row per measurement, the two paths and their ratio."""
-    lines = ["| measurement | float32 | best | best/float32 |", "|---|---|---|---|"]
+def format_table(results, rows, model_dir: str, ratio_ranges=None) -> str:
+    """The Markdown table: a row per measurement, the two paths and their ratio; with
+    `ratio_ranges` (several rounds), a column of the rounds' lowest and highest ratio."""
+    header = "| measurement | float32 | best | best/float32 |"
+    if ratio_ranges is not None:
+        header += " rounds' best/float32 |"
+    lines = [header, "|---|---|---|---|" + ("---|" if ratio_ranges is not None else "")]
     for label, key, fmt in table_rows(rows):
         if key not in results["float32"]:  # Only the AP rows may be missing (no demo run).
             cells = ["n/a (no demo run in %s: make demo)" % model_dir, "", ""]
         else:
             cells = [fmt % results[path][key] for path in SPEED_PATHS]
             cells.append(ratio_cell(*cells))
+        if ratio_ranges is not None:
+            low_high = ratio_ranges.get(key)
+            cells.append("%.2f-%.2f" % low_high if low_high and key not in ("AP", "AP50")
+                         else "")
         lines.append("| %s | %s |" % (label, " | ".join(cells)))
     return "\n".join(lines)
 
@@ -390,18 +455,25 @@ def describe_path(name: str) -> str:
 
 
 def bench_speed(config) -> None:
-    """The speed table of --model_name (--speed_rows), each figure from a fresh process."""
+    """The speed table of --model_name (--speed_rows), each figure from a fresh process, the
+    median of --speed_rounds of them."""
     del config  # Each child builds its own from --model_name and --hparams.
     rows = [row for row in SPEED_ROWS if row in FLAGS.speed_rows]
-    results = measure_all(rows)
+    for size, _ in train_runs(rows):
+        training_data(scaled(size))  # Written here once, not inside a timed child.
+    results, ratio_ranges = combine_rounds(measure_rounds(rows, FLAGS.speed_rounds))
     print("%s on %s" % (FLAGS.model_name, machine_line()))
     print("medians (training: %d steps after %d warm-up steps; latency: %d runs after %d "
           "warm-up runs; first step and memory: one fresh process each, memory after the "
           "training steps)" % (FLAGS.repeats, WARMUP_STEPS, LATENCY_RUNS_PER_REPEAT * FLAGS.repeats,
                                LATENCY_WARMUP))
+    if FLAGS.speed_rounds > 1:
+        print("each figure: the median of %d rounds of fresh processes, the paths alternating"
+              % FLAGS.speed_rounds)
     for name in SPEED_PATHS:
         print(describe_path(name))
-    print(format_table(results, rows, FLAGS.model_dir))
+    print(format_table(results, rows, FLAGS.model_dir,
+                       ratio_ranges if FLAGS.speed_rounds > 1 else None))
 
 
 def define_child_flags() -> None:
