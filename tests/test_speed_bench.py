@@ -121,6 +121,9 @@ assert table[0] == "| measurement | float32 | best | best/float32 | rounds' best
 assert "| training 64 px batch 4 (img/s) | 20.00 | 12.00 | 0.60 | 0.40-1.50 |" in table, table
 assert "| peak memory, training 128 px batch 8 (MB) | 100 | 60 | 0.60 | 0.40-0.80 |" in table
 assert sb.format_table(medians, rows, "x").splitlines()[0].count("|") == 5  # One round.
+once = sb.combine_rounds([{"float32": {"AP": 0.5}, "best": {"AP": 0.5}},
+                         {"float32": {}, "best": {}}])
+assert once == ({"float32": {"AP": 0.5}, "best": {"AP": 0.5}}, {})  # No range of one value.
 print("checked")
 """
 

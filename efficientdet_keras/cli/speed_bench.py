@@ -360,7 +360,7 @@ def measure_rounds(rows, rounds: int, run=None):
 
 def combine_rounds(rounds):
     """({path: {key: median over the rounds}}, {key: (lowest, highest) best/float32 ratio of
-    one round}) of measure_rounds' results."""
+    one round}, for the keys measured in more than one round) of measure_rounds' results."""
     medians, ratio_ranges = {}, {}
     for path in SPEED_PATHS:
         keys = {key for values in rounds for key in values[path]}
@@ -370,7 +370,7 @@ def combine_rounds(rounds):
     for key in medians[first]:
         ratios = [values[second][key] / values[first][key] for values in rounds
                   if key in values[first] and key in values[second] and values[first][key]]
-        if ratios:
+        if len(ratios) > 1:
             ratio_ranges[key] = (min(ratios), max(ratios))
     return medians, ratio_ranges
 
@@ -423,8 +423,7 @@ def format_table(results, rows, model_dir: str, ratio_ranges=None) -> str:
             cells.append(ratio_cell(*cells))
         if ratio_ranges is not None:
             low_high = ratio_ranges.get(key)
-            cells.append("%.2f-%.2f" % low_high if low_high and key not in ("AP", "AP50")
-                         else "")
+            cells.append("%.2f-%.2f" % low_high if low_high else "")
         lines.append("| %s | %s |" % (label, " | ".join(cells)))
     return "\n".join(lines)
 
