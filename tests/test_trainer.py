@@ -176,8 +176,10 @@ def test_fit_and_evaluate_run_with_the_grappler_passes_off_and_the_same_results(
                 expected.meta_optimizer_iterations = rewriter_config_pb2.RewriterConfig.ONE
             assert seen[step] == expected, step
     (plain_history, _, plain, plain_eval), (history, _, ours, evaluated) = results
-    for key in ("det_loss", "val_det_loss", "gradient_norm"):
-        assert history[key][0] == pytest.approx(plain_history[key][0], rel=1e-5), key
+    # rel 1e-4 for the gradient norm: with arithmetic optimization off, its sum over ~500
+    # gradients runs in another order (1.5e-5 apart in one CI run), as the weights' rtol allows.
+    for key, rel in (("det_loss", 1e-5), ("val_det_loss", 1e-5), ("gradient_norm", 1e-4)):
+        assert history[key][0] == pytest.approx(plain_history[key][0], rel=rel), key
     assert evaluated["det_loss"] == pytest.approx(plain_eval["det_loss"], rel=1e-5)
     for name, value in plain.items():
         np.testing.assert_allclose(ours[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
