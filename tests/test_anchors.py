@@ -4,7 +4,7 @@ import tensorflow as tf
 
 from conftest import tiny_config
 from efficientdet_keras import get_efficientdet_config
-from efficientdet_keras.anchors import (BACKGROUND, IGNORE, AnchorLabeler, Anchors, decode_boxes,
+from efficientdet_keras.detection.anchors import (BACKGROUND, IGNORE, AnchorLabeler, Anchors, decode_boxes,
                                         encode_boxes, pairwise_iou)
 
 

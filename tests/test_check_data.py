@@ -11,10 +11,10 @@ import pytest
 import tensorflow as tf
 
 from conftest import REPO_ROOT, tiny_config
-from efficientdet_keras.anchor_fit import (ENOUGH_MATCHED_UNMATCHED, AnchorSettings,
+from efficientdet_keras.detection.anchor_fit import (ENOUGH_MATCHED_UNMATCHED, AnchorSettings,
                                           best_anchor_iou, recommend_anchors, suggest_anchors,
                                           unmatched_share)
-from efficientdet_keras.anchors import Anchors, pairwise_iou
+from efficientdet_keras.detection.anchors import Anchors, pairwise_iou
 from efficientdet_keras.data.check import (count_records, format_report, plot_box_sizes,
                                            scan_dataset, summarize)
 from efficientdet_keras.data.pipeline import CocoSource, RecordsSource, TFRecordSource

@@ -175,7 +175,7 @@ def test_classification_keys_are_a_backbone_only_checkpoint():
 
 
 def test_archive_directory_means_its_best_checkpoint(tmp_path):
-    from efficientdet_keras.archive import CheckpointArchive
+    from efficientdet_keras.checkpoint.archive import CheckpointArchive
     from efficientdet_keras.checkpoint import resolve_checkpoint_path
     model = EfficientDetNet(config=tiny_config(fpn_num_filters=16, fpn_cell_repeats=1,
                                                box_class_repeats=1))

@@ -133,7 +133,7 @@ def test_image_forms_lists_and_filters(detectors, tmp_path):
 
 
 def found_colour(found):
-    from efficientdet_keras.drawing import class_colour
+    from efficientdet_keras.utils.drawing import class_colour
     return class_colour(found.class_ids[0])
 
 

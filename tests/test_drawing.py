@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from efficientdet_keras.drawing import class_colour, draw_boxes, encode_png, side_by_side
+from efficientdet_keras.utils.drawing import class_colour, draw_boxes, encode_png, side_by_side
 
 
 def test_box_outline_is_drawn_in_its_class_colour_at_its_pixels():

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import tiny_config
 from efficientdet_keras import EfficientDetNet
-from efficientdet_keras.archive import CheckpointArchive
+from efficientdet_keras.checkpoint.archive import CheckpointArchive
 from efficientdet_keras.evaluation.continuous import evaluate_continuously
 from efficientdet_keras.evaluation.runner import EvaluationTiming
 from efficientdet_keras.training.callbacks import CheckpointCallback, COCOCallback

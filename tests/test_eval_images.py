@@ -16,8 +16,8 @@ from conftest import tiny_config
 from efficientdet_keras import EfficientDetNet
 from efficientdet_keras.data.pipeline import CocoSource, InputPipeline
 from efficientdet_keras.data.synthetic import SYNTHETIC_LABEL_MAP, write_synthetic_dataset
-from efficientdet_keras.drawing import class_colour
-from efficientdet_keras.postprocess import Detections
+from efficientdet_keras.utils.drawing import class_colour
+from efficientdet_keras.detection.postprocess import Detections
 from efficientdet_keras.reports.eval_images import SUMMARY_TAG, EvaluationImages
 from efficientdet_keras.training.callbacks import COCOCallback
 

@@ -13,7 +13,7 @@ from PIL import Image
 
 from conftest import REPO_ROOT, tiny_config
 from efficientdet_keras import EfficientDetNet, save_ckpt
-from efficientdet_keras.archive import CheckpointArchive
+from efficientdet_keras.checkpoint.archive import CheckpointArchive
 from efficientdet_keras.checkpoint import variable_name
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
 

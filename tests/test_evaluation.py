@@ -9,7 +9,7 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
 from efficientdet_keras.evaluation import METRIC_NAMES, COCOEvaluator, faster_coco_eval_available
-from efficientdet_keras.postprocess import CocoRows, Detections
+from efficientdet_keras.detection.postprocess import CocoRows, Detections
 
 
 def random_case(seed, num_images=12, num_classes=5):

@@ -14,7 +14,7 @@ from efficientdet_keras.checkpoint import variable_name
 from efficientdet_keras.data.augment import resize_crop_pad
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
 from efficientdet_keras.export.saved_model import export_detector
-from efficientdet_keras.postprocess import postprocess_detections
+from efficientdet_keras.detection.postprocess import postprocess_detections
 
 SMALL = dict(image_size=64, num_classes=4, fpn_num_filters=16, fpn_cell_repeats=1,
              box_class_repeats=1, backbone_survival_prob=1.0)  # No random drop-connect.

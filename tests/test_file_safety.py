@@ -18,11 +18,11 @@ import pytest
 import tensorflow as tf
 
 from conftest import REPO_ROOT, tiny_config
-from efficientdet_keras.archive import CheckpointArchive
+from efficientdet_keras.checkpoint.archive import CheckpointArchive
 from efficientdet_keras.checkpoint import save_ckpt
 from efficientdet_keras.config import get_efficientdet_config
 from efficientdet_keras.data.records import load_coco_records
-from efficientdet_keras.fileio import (FileWriteError, remove_stale_temporary_files,
+from efficientdet_keras.utils.fileio import (FileWriteError, remove_stale_temporary_files,
                                        write_json_atomically)
 
 TRAIN_TOOL = os.path.join(REPO_ROOT, "tools", "train.py")

@@ -12,7 +12,7 @@ from efficientdet_keras.data.pipeline import CocoSource, InputPipeline, TFRecord
 from efficientdet_keras.data.records import (ImageRecord, load_coco_records, read_coco_json,
                                              records_to_coco)
 from efficientdet_keras.evaluation import COCOEvaluator, check_source_ids_match
-from efficientdet_keras.postprocess import CocoRows, Detections
+from efficientdet_keras.detection.postprocess import CocoRows, Detections
 
 # 2^53 and 2^53 + 1 are one float64: any float on the way merges their detections.
 HARD_IDS = [2 ** 63 - 1, 2 ** 53, 2 ** 53 + 1, "000123", "img_a.jpg", "img_b.jpg"]

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from efficientdet_keras.anchors import encode_boxes
-from efficientdet_keras.losses import BoxLoss, FocalLoss, IoULoss, box_iou_terms
+from efficientdet_keras.detection.anchors import encode_boxes
+from efficientdet_keras.detection.losses import BoxLoss, FocalLoss, IoULoss, box_iou_terms
 
 
 def numpy_focal(logits, targets, num_classes, alpha, gamma, smoothing):
@@ -162,8 +162,8 @@ def test_detection_loss_sums_levels_with_weights():
     and CIoU (IoU and GIoU do not change when both boxes share an anchor; CIoU's aspect term
     does) make a wrong anchor order show."""
     from conftest import tiny_config
-    from efficientdet_keras.anchors import Anchors
-    from efficientdet_keras.losses import DetectionLoss
+    from efficientdet_keras.detection.anchors import Anchors
+    from efficientdet_keras.detection.losses import DetectionLoss
     config = tiny_config(num_classes=2, min_level=3, max_level=4, num_scales=1,
                          aspect_ratios=[1.0, 2.0], image_size=32, iou_loss_type="ciou",
                          iou_loss_weight=2.0, box_loss_weight=10.0)

@@ -5,7 +5,7 @@ import tf_keras as keras
 
 from conftest import tiny_config
 from efficientdet_keras import EfficientDetNet, get_efficientdet_config
-from efficientdet_keras.backbone.efficientnet import EfficientNetBackbone, block_specs
+from efficientdet_keras.model.efficientnet import EfficientNetBackbone, block_specs
 from efficientdet_keras.checkpoint import variable_name
 from efficientdet_keras.model.bifpn import bifpn_nodes
 

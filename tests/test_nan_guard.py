@@ -17,7 +17,7 @@ from efficientdet_keras.checkpoint import variable_name
 from efficientdet_keras.cli.common import run_or_exit
 from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
-from efficientdet_keras.losses import DetectionLoss
+from efficientdet_keras.detection.losses import DetectionLoss
 from efficientdet_keras.training.callbacks import get_callbacks
 from efficientdet_keras.training.nan_guard import (NaNGuard, NonFiniteLossError,
                                                    fit_with_nan_recovery)

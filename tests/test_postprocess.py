@@ -3,8 +3,8 @@ import pytest
 import tensorflow as tf
 
 from conftest import tiny_config
-from efficientdet_keras.anchors import Anchors, encode_boxes
-from efficientdet_keras.postprocess import (Detections, batched_nms, postprocess_detections,
+from efficientdet_keras.detection.anchors import Anchors, encode_boxes
+from efficientdet_keras.detection.postprocess import (Detections, batched_nms, postprocess_detections,
                                             to_coco_rows)
 
 
@@ -140,7 +140,7 @@ def test_coco_rows_keep_large_image_ids_exact():
 
 @pytest.mark.parametrize("num_classes", [12, 90])
 def test_top_candidates_are_the_top_k_pairs_of_all_anchors(num_classes, monkeypatch):
-    from efficientdet_keras import postprocess
+    from efficientdet_keras.detection import postprocess
     rng = np.random.default_rng(7)
     num_anchors, k = 3000, 400
     # One high class per anchor, so the best pairs spread over many anchors, and three

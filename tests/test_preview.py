@@ -15,7 +15,7 @@ from data_helpers import bright_box_image, write_image, write_tfrecord
 from efficientdet_keras.data.pipeline import RecordsSource, TFRecordSource
 from efficientdet_keras.data.preview import augmented_examples, preview_grid
 from efficientdet_keras.data.records import ImageRecord
-from efficientdet_keras.drawing import class_colour, image_grid
+from efficientdet_keras.utils.drawing import class_colour, image_grid
 
 HEIGHT, WIDTH = 120, 160  # Originals; at 128 px they scale by 0.8 to 96x128 (rows 96+ pad).
 SIZE, GAP = 128, 4

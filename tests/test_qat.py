@@ -152,7 +152,7 @@ def _learned_scale(model, point):
 def test_int8_export_uses_learned_ranges_and_matches_fake_quantized_outputs(trained, tmp_path):
     pytest.importorskip("ai_edge_litert")
     from efficientdet_keras.export.tflite import export_tflite
-    from efficientdet_keras.postprocess import flatten_outputs
+    from efficientdet_keras.detection.postprocess import flatten_outputs
     model, _, _ = trained
     path = export_tflite(model, str(tmp_path / "qat.tflite"), quantization="int8",
                          outputs="raw")  # No representative data: the ranges are learned.

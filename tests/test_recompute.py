@@ -8,7 +8,7 @@ import tensorflow as tf
 
 import efficientdet_keras.model  # noqa: F401  (imports the model package before the backbone)
 from conftest import tiny_config
-from efficientdet_keras.backbone.efficientnet import EfficientNetBackbone
+from efficientdet_keras.model.efficientnet import EfficientNetBackbone
 from efficientdet_keras.model import recompute
 
 

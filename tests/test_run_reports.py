@@ -15,7 +15,7 @@ from PIL import Image
 from conftest import tiny_config
 from efficientdet_keras.checkpoint import resolve_checkpoint_path, variable_name
 from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
-from efficientdet_keras.postprocess import CocoRows
+from efficientdet_keras.detection.postprocess import CocoRows
 from efficientdet_keras.reports import plots
 from efficientdet_keras.reports.pr_curves import plot_precision_recall, precision_recall_curves
 from efficientdet_keras.reports.results_csv import ResultsCallback, read_results
@@ -229,7 +229,7 @@ def test_fit_logs_the_per_class_table_and_draws_pr_curves_at_each_evaluation(fit
 
 
 def test_fit_leaves_best_and_last_for_the_next_command(fitted_run):
-    from efficientdet_keras.archive import CheckpointArchive
+    from efficientdet_keras.checkpoint.archive import CheckpointArchive
     model_dir = fitted_run.model_dir
     best = CheckpointArchive(os.path.join(model_dir, "archive")).best()
     assert os.path.samefile(os.path.join(model_dir, "best.index"), best["path"] + ".index")

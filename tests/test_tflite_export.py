@@ -42,7 +42,7 @@ def _scale_kernel(layer, factor):
 
 def calibration_batch(config):
     """float32 [4, H, W, 3] normalised letterboxed images, two of them with padding."""
-    from efficientdet_keras.export.tflite_runner import letterbox_uint8
+    from efficientdet_keras.inference.tflite_runner import letterbox_uint8
     height, width = config.image_size
     sizes = [(height, width), (height, width), (height * 3 // 4, width), (height, width // 2)]
     images = [letterbox_uint8(synthetic_images(1, h, w, seed=i)[0], (height, width),
@@ -150,7 +150,7 @@ def test_float32_raw_outputs_equal_keras_at_a_non_square_size(d0_raw):
 
 def test_detections_match_the_saved_model(lite0):
     model, path = lite0
-    from efficientdet_keras.export.tflite_runner import TFLiteDetector
+    from efficientdet_keras.inference.tflite_runner import TFLiteDetector
     detector = TFLiteDetector(path)
     outputs = detector.run(detector.letterbox(synthetic_images(1, 128, 128)[0])[0])
     assert sorted(outputs) == sorted(tflite.DETECTION_OUTPUTS)

@@ -27,9 +27,9 @@ from efficientdet_keras.evaluation.tflite_evaluation import (TFLiteEvaluation,
 from efficientdet_keras.export.saved_model import preprocess_image
 from efficientdet_keras.export.tflite import export_tflite
 from efficientdet_keras.data.augment import resize_crop_pad
-from efficientdet_keras.export.tflite_runner import (INSTALL_HINT, LiteRTMissingError,
+from efficientdet_keras.inference.tflite_runner import (INSTALL_HINT, LiteRTMissingError,
                                                      TFLiteDetector, letterbox_uint8, to_uint8)
-from efficientdet_keras.postprocess import postprocess_detections
+from efficientdet_keras.detection.postprocess import postprocess_detections
 from efficientdet_keras.reports.eval_images import EvaluationImages
 
 SMALL = dict(image_size=64, num_classes=4, fpn_num_filters=16, fpn_cell_repeats=1,

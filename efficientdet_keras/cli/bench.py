@@ -105,7 +105,7 @@ def bench_postprocess(config) -> None:
     import tensorflow as tf
 
     from efficientdet_keras import EfficientDetNet
-    from efficientdet_keras.postprocess import postprocess_detections
+    from efficientdet_keras.detection.postprocess import postprocess_detections
 
     model = EfficientDetNet(config=config)
     height, width = config.image_size
@@ -134,7 +134,7 @@ def train_step_seconds(config, batch) -> float:
     import tf_keras as keras
 
     from efficientdet_keras import EfficientDetNet
-    from efficientdet_keras.losses import DetectionLoss
+    from efficientdet_keras.detection.losses import DetectionLoss
 
     model = EfficientDetNet(config=config)
     loss_fn = DetectionLoss(config)
@@ -410,7 +410,7 @@ def tflite_metrics_and_latency(path: str, data, repeats: int):
     from efficientdet_keras.data.pipeline import TFRecordSource
     from efficientdet_keras.evaluation.tflite_evaluation import (TFLiteEvaluation,
                                                                  pipeline_images_to_uint8)
-    from efficientdet_keras.export.tflite_runner import TFLiteDetector
+    from efficientdet_keras.inference.tflite_runner import TFLiteDetector
     detector = TFLiteDetector(path, num_threads=FLAGS.tflite_threads)
     evaluation = TFLiteEvaluation(detector, TFRecordSource(data.val_tfrecord), data.val_json,
                                   batch_size=FLAGS.batch_size, progress=False)

@@ -89,7 +89,7 @@ def check_data() -> None:
     from efficientdet_keras import get_efficientdet_config
     from efficientdet_keras.data.check import (format_report, plot_box_sizes, scan_dataset,
                                                summarize)
-    from efficientdet_keras.fileio import write_json_atomically
+    from efficientdet_keras.utils.fileio import write_json_atomically
     config = get_efficientdet_config(FLAGS.model_name).override(FLAGS.hparams)
     source, label_map = make_source_and_label_map(config)
     if FLAGS.preview_png:

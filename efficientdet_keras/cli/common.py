@@ -10,7 +10,7 @@ import re
 import sys
 import tempfile
 
-from efficientdet_keras.fileio import FileWriteError
+from efficientdet_keras.utils.fileio import FileWriteError
 # The tools' config and model loading lives in the library (the Python Detector uses it too).
 from efficientdet_keras.inference.loading import (load_model_and_config,  # noqa: F401
                                                   load_run_config)
@@ -192,7 +192,7 @@ def watch_and_report(evaluation, model_dir: str, archive_keep: int, timeout=None
     Checkpoints the trainer deletes before they are read are skipped (a warning).
     on_result(path, metrics, timing) reports each evaluated checkpoint.
     """
-    from efficientdet_keras.archive import ARCHIVE_MONITOR
+    from efficientdet_keras.checkpoint.archive import ARCHIVE_MONITOR
     from efficientdet_keras.evaluation.continuous import evaluate_continuously
     best, finished = evaluate_continuously(evaluation, model_dir, archive_keep=archive_keep,
                                            timeout=timeout, on_result=on_result)

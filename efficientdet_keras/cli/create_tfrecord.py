@@ -150,7 +150,7 @@ def main(argv):
     except (OSError, ValueError) as e:
         sys.exit("%s: %s" % (TOOL, e))
     if FLAGS.output_json:
-        from efficientdet_keras.fileio import write_json_atomically
+        from efficientdet_keras.utils.fileio import write_json_atomically
         try:
             write_json_atomically(FLAGS.output_json,
                                   records_to_coco(stats.written_records, label_map), indent=None)

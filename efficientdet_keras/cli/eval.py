@@ -32,7 +32,7 @@ from absl import flags  # noqa: E402
 from efficientdet_keras.cli.common import (HPARAMS_HELP, load_run_config,  # noqa: E402
                                            print_evaluation, run_app, run_or_exit,
                                            watch_and_report)
-from efficientdet_keras.fileio import remove_stale_temporary_files  # noqa: E402
+from efficientdet_keras.utils.fileio import remove_stale_temporary_files  # noqa: E402
 
 TOOL = "efficientdet-eval"
 FLAGS = flags.FLAGS
@@ -114,7 +114,7 @@ def load_config():
 def build_tflite_evaluation():
     """The --tflite evaluation; config: the sidecar's, plus --hparams and the --nms_* flags."""
     from efficientdet_keras.evaluation.tflite_evaluation import TFLiteEvaluation
-    from efficientdet_keras.export.tflite_runner import TFLiteDetector
+    from efficientdet_keras.inference.tflite_runner import TFLiteDetector
     detector = TFLiteDetector(FLAGS.tflite, num_threads=FLAGS.tflite_threads,
                               config_overrides=FLAGS.hparams)
     detector.config.nms_configs.override(nms_overrides())
@@ -172,7 +172,7 @@ def report_evaluation(evaluation, path, metrics, timing) -> None:
 
 
 def evaluate_once(evaluation):
-    from efficientdet_keras.fileio import write_json_atomically
+    from efficientdet_keras.utils.fileio import write_json_atomically
     checkpoint = FLAGS.ckpt or FLAGS.model_dir
     path, metrics, timing = evaluation.run(checkpoint)
     report_evaluation(evaluation, path, metrics, timing)

@@ -19,7 +19,7 @@ from absl import flags  # noqa: E402
 
 from efficientdet_keras.cli.common import (HPARAMS_HELP, load_run_config, run_app,  # noqa: E402
                                            run_or_exit)
-from efficientdet_keras.fileio import write_bytes_atomically, write_json_atomically  # noqa: E402
+from efficientdet_keras.utils.fileio import write_bytes_atomically, write_json_atomically  # noqa: E402
 from efficientdet_keras.inference.images import load_image  # noqa: E402
 
 TOOL = "efficientdet-infer"
@@ -61,7 +61,7 @@ def load_detector():
 
 
 def infer():
-    from efficientdet_keras.drawing import encode_png
+    from efficientdet_keras.utils.drawing import encode_png
 
     if not (FLAGS.saved_model_dir or FLAGS.model_dir or FLAGS.ckpt or FLAGS.tflite):
         raise ValueError("give --saved_model_dir, --model_dir, --ckpt or --tflite")

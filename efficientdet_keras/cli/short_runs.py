@@ -125,7 +125,7 @@ def recommended_anchors(config, coco_json: str, written_size: int):
 
     import numpy as np
 
-    from efficientdet_keras.anchor_fit import AnchorSettings, recommend_anchors, suggest_anchors
+    from efficientdet_keras.detection.anchor_fit import AnchorSettings, recommend_anchors, suggest_anchors
     with open(coco_json) as f:
         xywh = np.array([a["bbox"] for a in json.load(f)["annotations"]], np.float64)
     scale = float(config.image_size[0]) / written_size

@@ -166,7 +166,7 @@ def tflite_detector(model):
     """A TFLiteDetector of `model` exported as a float32 .tflite with raw outputs (XNNPACK,
     one interpreter thread per core)."""
     from efficientdet_keras.export.tflite import export_tflite
-    from efficientdet_keras.export.tflite_runner import TFLiteDetector
+    from efficientdet_keras.inference.tflite_runner import TFLiteDetector
 
     path = os.path.join(tempfile.mkdtemp(prefix="efficientdet_speed_"), "raw.tflite")
     return TFLiteDetector(export_tflite(model, path, outputs="raw"), num_threads=os.cpu_count())

@@ -298,7 +298,7 @@ def train_or_evaluate():
                              gcp_project=FLAGS.gcp_project) if FLAGS.mode != "eval" else None)
     # model_dir itself, or a non-chief worker's temporary folder for the same files.
     files_dir = write_dir(FLAGS.model_dir, strategy)
-    from efficientdet_keras.fileio import remove_stale_temporary_files
+    from efficientdet_keras.utils.fileio import remove_stale_temporary_files
     remove_stale_temporary_files(files_dir)
     demo_data = None
     if FLAGS.demo:

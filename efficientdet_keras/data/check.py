@@ -20,11 +20,11 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from efficientdet_keras.anchor_fit import (AnchorSettings, anchor_sizes, recommend_anchors,
+from efficientdet_keras.detection.anchor_fit import (AnchorSettings, anchor_sizes, recommend_anchors,
                                           suggest_anchors)
 from efficientdet_keras.data.decode import REPAIR_KINDS, DataHealth, decode_and_clean
-from efficientdet_keras.drawing import class_name
-from efficientdet_keras.progress import ProgressBar
+from efficientdet_keras.utils.drawing import class_name
+from efficientdet_keras.utils.progress import ProgressBar
 
 # Percentiles shown for box sizes and aspect ratios.
 PERCENTILES = (0, 5, 25, 50, 75, 95, 100)

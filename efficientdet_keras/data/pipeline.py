@@ -19,13 +19,13 @@ from typing import Optional, Sequence
 
 import tensorflow as tf
 
-from efficientdet_keras.anchors import AnchorLabeler
+from efficientdet_keras.detection.anchors import AnchorLabeler
 from efficientdet_keras.data import augment, autoaugment, gridmask, mixing
 from efficientdet_keras.data.decode import DataHealth, decode_and_clean
 from efficientdet_keras.data.records import (ImageRecord, list_files, load_coco_records,
                                              raw_dataset_from_records,
                                              raw_dataset_from_tfrecord_file)
-from efficientdet_keras.precision import policy_from_config
+from efficientdet_keras.config.precision import policy_from_config
 
 # Records read ahead and mixed by the training shuffle.
 SHUFFLE_BUFFER = 1024

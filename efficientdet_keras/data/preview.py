@@ -17,8 +17,8 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from efficientdet_keras.drawing import draw_boxes, encode_png, image_grid
-from efficientdet_keras.fileio import write_bytes_atomically
+from efficientdet_keras.utils.drawing import draw_boxes, encode_png, image_grid
+from efficientdet_keras.utils.fileio import write_bytes_atomically
 
 
 @dataclasses.dataclass

@@ -24,9 +24,9 @@ import tensorflow as tf
 
 from efficientdet_keras.data.records import ImageRecord, records_to_coco
 from efficientdet_keras.data.tfrecord_writer import write_tfrecords
-from efficientdet_keras.fileio import (write_bytes_atomically, write_json_atomically,
+from efficientdet_keras.utils.fileio import (write_bytes_atomically, write_json_atomically,
                                        write_text_atomically)
-from efficientdet_keras.progress import ProgressBar
+from efficientdet_keras.utils.progress import ProgressBar
 
 SYNTHETIC_LABEL_MAP = {1: "circle", 2: "square", 3: "triangle", 4: "cross"}
 CIRCLE, SQUARE, TRIANGLE, CROSS = 1, 2, 3, 4

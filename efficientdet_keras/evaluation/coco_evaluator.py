@@ -27,7 +27,7 @@ from absl import logging
 from efficientdet_keras.data.image_ids import ImageId, image_id_to_int64
 from efficientdet_keras.data.records import coco_image_ids, read_coco_json
 from efficientdet_keras.evaluation.id_check import check_ids_match
-from efficientdet_keras.postprocess import CocoRows, Detections, to_coco_rows
+from efficientdet_keras.detection.postprocess import CocoRows, Detections, to_coco_rows
 
 METRIC_NAMES = ("AP", "AP50", "AP75", "APs", "APm", "APl",
                 "ARmax1", "ARmax10", "ARmax100", "ARs", "ARm", "ARl")

@@ -19,12 +19,12 @@ from typing import Callable, Dict, List, Optional
 import tensorflow as tf
 from absl import logging
 
-from efficientdet_keras.archive import ARCHIVE_MONITOR, CheckpointArchive
+from efficientdet_keras.checkpoint.archive import ARCHIVE_MONITOR, CheckpointArchive
 from efficientdet_keras.checkpoint import restore_ckpt
 from efficientdet_keras.data.pipeline import InputPipeline
 from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
 from efficientdet_keras.evaluation.id_check import check_source_ids_match
-from efficientdet_keras.fileio import write_json_atomically
+from efficientdet_keras.utils.fileio import write_json_atomically
 from efficientdet_keras.evaluation.runner import (EvaluationTiming, evaluate_dataset,
                                                   make_detect_fns)
 from efficientdet_keras.model import EfficientDetNet

@@ -12,8 +12,8 @@ import numpy as np
 import tensorflow as tf
 
 from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
-from efficientdet_keras.postprocess import Detections, postprocess_detections
-from efficientdet_keras.progress import ProgressBar
+from efficientdet_keras.detection.postprocess import Detections, postprocess_detections
+from efficientdet_keras.utils.progress import ProgressBar
 
 
 @dataclasses.dataclass

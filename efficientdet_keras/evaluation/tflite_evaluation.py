@@ -16,8 +16,8 @@ from efficientdet_keras.data.pipeline import InputPipeline
 from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
 from efficientdet_keras.evaluation.id_check import check_source_ids_match
 from efficientdet_keras.evaluation.runner import evaluate_dataset
-from efficientdet_keras.export.tflite_runner import TFLiteDetector, to_uint8
-from efficientdet_keras.postprocess import Detections
+from efficientdet_keras.inference.tflite_runner import TFLiteDetector, to_uint8
+from efficientdet_keras.detection.postprocess import Detections
 
 
 def pipeline_images_to_uint8(images, config) -> np.ndarray:

@@ -16,7 +16,7 @@ import shutil
 import tensorflow as tf
 
 from efficientdet_keras.checkpoint import ensure_built, variable_name
-from efficientdet_keras.fileio import fsync_tree
+from efficientdet_keras.utils.fileio import fsync_tree
 from efficientdet_keras.optimization import strip_for_export
 
 _PREDICTION_LAYERS = ("class_net/class-predict/", "box_net/box-predict/")

@@ -21,10 +21,10 @@ import tensorflow as tf
 
 from efficientdet_keras.checkpoint import ensure_built
 from efficientdet_keras.data.augment import resize_crop_pad
-from efficientdet_keras.fileio import fsync_tree, write_json_atomically
+from efficientdet_keras.utils.fileio import fsync_tree, write_json_atomically
 from efficientdet_keras.model.folding import can_fold, fold_batch_norms
 from efficientdet_keras.optimization import strip_for_export
-from efficientdet_keras.postprocess import postprocess_detections
+from efficientdet_keras.detection.postprocess import postprocess_detections
 
 LABEL_MAP_FILE = "label_map.json"
 

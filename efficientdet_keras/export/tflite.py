@@ -28,11 +28,11 @@ from typing import Iterator, Optional
 import numpy as np
 import tensorflow as tf
 
-from efficientdet_keras.anchors import Anchors, decode_boxes
+from efficientdet_keras.detection.anchors import Anchors, decode_boxes
 from efficientdet_keras.checkpoint import ensure_built
-from efficientdet_keras.fileio import write_bytes_atomically, write_json_atomically
+from efficientdet_keras.utils.fileio import write_bytes_atomically, write_json_atomically
 from efficientdet_keras.optimization import is_quantization_aware, strip_for_export
-from efficientdet_keras.postprocess import flatten_outputs
+from efficientdet_keras.detection.postprocess import flatten_outputs
 
 QUANTIZATIONS = ("float32", "float16", "int8")
 OUTPUTS = ("detections", "raw")

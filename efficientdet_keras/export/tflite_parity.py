@@ -21,7 +21,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from efficientdet_keras.postprocess import flatten_outputs
+from efficientdet_keras.detection.postprocess import flatten_outputs
 
 RAW_TOLERANCE = 1e-4
 BOX_TOLERANCE_PIXELS = 1.0
@@ -45,7 +45,7 @@ class CheckResult(NamedTuple):
 
 def _detector(tflite_path: str):
     """The runner, padding with the model's own mean_rgb (from the sidecar)."""
-    from efficientdet_keras.export.tflite_runner import TFLiteDetector, read_sidecar
+    from efficientdet_keras.inference.tflite_runner import TFLiteDetector, read_sidecar
     info = read_sidecar(tflite_path)
     overrides = {key: info[key] for key in ("mean_rgb", "stddev_rgb") if key in info}
     return TFLiteDetector(tflite_path, config_overrides=overrides)
@@ -240,7 +240,7 @@ def standard_checks(model, tflite_path: str, images: Sequence[np.ndarray]) -> Li
     QUANTIZED_SCORE_TOLERANCE. The model's EMA weights are swapped in, as the export did."""
     from efficientdet_keras.optimization import strip_for_export
     from efficientdet_keras.training.callbacks import ema_weights
-    from efficientdet_keras.export.tflite_runner import read_sidecar
+    from efficientdet_keras.inference.tflite_runner import read_sidecar
     info = read_sidecar(tflite_path)
     model = strip_for_export(model)
     with ema_weights(model):

@@ -134,7 +134,7 @@ class TFLiteBackend:
     """An exported .tflite run with ai-edge-litert, one image at a time (the file's batch)."""
 
     def __init__(self, path: str, num_threads: Optional[int] = None, config_overrides=None):
-        from efficientdet_keras.export.tflite_runner import TFLiteDetector
+        from efficientdet_keras.inference.tflite_runner import TFLiteDetector
         self.runner = TFLiteDetector(path, num_threads=num_threads,
                                      config_overrides=config_overrides)
         self.config = self.runner.config

@@ -17,7 +17,7 @@ from typing import Optional
 
 import numpy as np
 
-from efficientdet_keras.drawing import draw_boxes
+from efficientdet_keras.utils.drawing import draw_boxes
 from efficientdet_keras.inference import loading
 from efficientdet_keras.inference.images import image_list, load_image
 from efficientdet_keras.inference.results import BenchmarkResult, Detections, Latency

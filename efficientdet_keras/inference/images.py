@@ -5,7 +5,7 @@ from typing import List, Tuple
 
 import numpy as np
 
-from efficientdet_keras.drawing import as_uint8_image
+from efficientdet_keras.utils.drawing import as_uint8_image
 
 
 def load_image(image) -> np.ndarray:

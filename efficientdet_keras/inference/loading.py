@@ -76,7 +76,7 @@ def source_kind(path: str) -> str:
 def config_beside_checkpoint(ckpt: str) -> str:
     """The config.yaml of the run a checkpoint belongs to ("" when there is none): in the
     checkpoint's folder, or above an archive folder (<model_dir>/archive)."""
-    from efficientdet_keras.archive import ARCHIVE_JSON
+    from efficientdet_keras.checkpoint.archive import ARCHIVE_JSON
     folder = ckpt if os.path.isdir(ckpt) else os.path.dirname(ckpt)
     candidates = [folder]
     if os.path.exists(os.path.join(folder, ARCHIVE_JSON)):

@@ -5,7 +5,7 @@ from typing import List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from efficientdet_keras.drawing import class_name
+from efficientdet_keras.utils.drawing import class_name
 
 
 @dataclasses.dataclass
@@ -78,7 +78,7 @@ class RawOutputs:
     Attributes:
       class_outputs: class logits. From a checkpoint, one array per level (min_level first),
         [h_l, w_l, num_anchors * num_classes]; from a raw .tflite, one array [A, num_classes]
-        (all levels, in the anchor order of efficientdet_keras.anchors.Anchors).
+        (all levels, in the anchor order of efficientdet_keras.detection.anchors.Anchors).
       box_outputs: box codes, the same way: [h_l, w_l, num_anchors * 4] per level or [A, 4].
       image_scale: original pixels per network input pixel (to map decoded boxes back).
       image_size: (height, width) of the original image.

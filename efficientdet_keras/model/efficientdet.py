@@ -5,12 +5,12 @@ from typing import List, Optional, Tuple
 import tensorflow as tf
 import tf_keras as keras
 
-from efficientdet_keras.backbone.efficientnet import EfficientNetBackbone
+from efficientdet_keras.model.efficientnet import EfficientNetBackbone
 from efficientdet_keras.config import Config, get_efficientdet_config, validate_config
 from efficientdet_keras.model.bifpn import BiFPN, ResampleFeatureMap
 from efficientdet_keras.model.heads import PredictionHead
 from efficientdet_keras.model.layers import output_point
-from efficientdet_keras.precision import policy_from_config
+from efficientdet_keras.config.precision import policy_from_config
 
 # The backbone provides levels 1..5; higher levels are made by resampling.
 _BACKBONE_MAX_LEVEL = 5

@@ -19,10 +19,10 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from efficientdet_keras.drawing import draw_boxes, encode_png, side_by_side
+from efficientdet_keras.utils.drawing import draw_boxes, encode_png, side_by_side
 from efficientdet_keras.evaluation.tflite_evaluation import pipeline_images_to_uint8
-from efficientdet_keras.fileio import write_bytes_atomically
-from efficientdet_keras.postprocess import Detections
+from efficientdet_keras.utils.fileio import write_bytes_atomically
+from efficientdet_keras.detection.postprocess import Detections
 
 # The TensorBoard tag of the pictures, and the folder under a run directory that holds them.
 SUMMARY_TAG = "eval_images"

@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from absl import logging
 
-from efficientdet_keras.fileio import write_bytes_atomically
+from efficientdet_keras.utils.fileio import write_bytes_atomically
 
 _MISSING_NOTE_LOGGED = []  # Non-empty once the "no matplotlib" note was logged.
 # Figure size in inches at 100 dpi.

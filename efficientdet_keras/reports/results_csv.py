@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import tf_keras as keras
 
-from efficientdet_keras.fileio import write_text_atomically
+from efficientdet_keras.utils.fileio import write_text_atomically
 from efficientdet_keras.reports.plots import plot_results
 
 RESULTS_CSV = "results.csv"

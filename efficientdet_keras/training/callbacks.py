@@ -30,11 +30,11 @@ import tensorflow as tf
 import tf_keras as keras
 from absl import logging
 
-from efficientdet_keras.archive import ARCHIVE_MONITOR, CheckpointArchive, copy_checkpoint
+from efficientdet_keras.checkpoint.archive import ARCHIVE_MONITOR, CheckpointArchive, copy_checkpoint
 from efficientdet_keras.checkpoint import save_ckpt
 from efficientdet_keras.evaluation.coco_evaluator import METRIC_NAMES, COCOEvaluator
 from efficientdet_keras.evaluation.runner import evaluate_dataset, format_metrics, make_detect_fns
-from efficientdet_keras.fileio import write_error, write_json_atomically
+from efficientdet_keras.utils.fileio import write_error, write_json_atomically
 from efficientdet_keras.optimization import is_pruning
 from efficientdet_keras.reports.eval_images import IMAGES_DIR, EvaluationImages
 from efficientdet_keras.reports.pr_curves import (PR_CURVES_DIR, plot_precision_recall,

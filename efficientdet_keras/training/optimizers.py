@@ -29,7 +29,7 @@ from typing import List, Optional, Sequence, Tuple
 import tensorflow as tf
 import tf_keras as keras
 
-from efficientdet_keras.precision import policy_name
+from efficientdet_keras.config.precision import policy_name
 
 DEFAULT_BATCH_SIZE = 64
 

@@ -23,7 +23,7 @@ import tf_keras as keras
 
 from efficientdet_keras.checkpoint import RestoreReport, restore_ckpt, variable_name
 from efficientdet_keras.config import Config, get_efficientdet_config
-from efficientdet_keras.losses import DetectionLoss
+from efficientdet_keras.detection.losses import DetectionLoss
 from efficientdet_keras.model import EfficientDetNet
 from efficientdet_keras.optimization import is_pruning
 from efficientdet_keras.training.ema import ExponentialMovingAverage, is_batch_norm_statistic

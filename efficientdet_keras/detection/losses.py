@@ -14,7 +14,7 @@ import math
 import tensorflow as tf
 import tf_keras as keras
 
-from efficientdet_keras.anchors import IGNORE, Anchors, concat_levels, decode_boxes
+from efficientdet_keras.detection.anchors import IGNORE, Anchors, concat_levels, decode_boxes
 
 IOU_LOSS_TYPES = ("iou", "giou", "diou", "ciou")
 

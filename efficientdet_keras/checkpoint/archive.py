@@ -24,7 +24,7 @@ from typing import Dict, List, Optional
 
 from absl import logging
 
-from efficientdet_keras.fileio import write_files_atomically, write_json_atomically
+from efficientdet_keras.utils.fileio import write_files_atomically, write_json_atomically
 
 ARCHIVE_JSON = "archive.json"
 # The metric every writer of <model_dir>/archive ranks by (COCO AP of the EMA weights).

@@ -239,7 +239,7 @@ class TFLiteDetector:
         """Raw logits and box codes, decoded and NMSed with postprocess_detections."""
         if self._raw_postprocess is None:
             import tensorflow as tf
-            from efficientdet_keras.postprocess import postprocess_detections
+            from efficientdet_keras.detection.postprocess import postprocess_detections
             # The concatenated outputs are a one-level list to postprocess (same anchor order).
             self._raw_postprocess = tf.function(
                 lambda logits, codes, scales: postprocess_detections(

@@ -20,7 +20,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from efficientdet_keras.anchors import anchor_shapes, feature_sizes
+from efficientdet_keras.detection.anchors import anchor_shapes, feature_sizes
 
 # The labeler's IoU threshold for a positive anchor.
 MATCH_IOU = 0.5

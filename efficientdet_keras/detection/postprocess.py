@@ -10,7 +10,7 @@ from typing import NamedTuple, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from efficientdet_keras.anchors import Anchors, concat_levels, decode_boxes
+from efficientdet_keras.detection.anchors import Anchors, concat_levels, decode_boxes
 
 NMS_METHODS = ("hard", "gaussian", "combined")
 # From this many classes on, the top-k first keeps the best anchors (`_top_candidates`).

@@ -13,7 +13,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Tuple, Union
 
 import yaml
 
-from efficientdet_keras.fileio import write_text_atomically
+from efficientdet_keras.utils.fileio import write_text_atomically
 from efficientdet_keras.optimization import check_settings as check_optimization_settings
 
 # Keys whose values are always stored as tuples; YAML has no tuples, so they
@@ -254,7 +254,7 @@ def _override_string_parts(text: str) -> List[str]:
 
 
 # The YAML files shipped with the package (the checkout's top-level hparams/ links here).
-PACKAGED_HPARAMS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hparams")
+PACKAGED_HPARAMS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hparams")
 
 
 def resolve_hparams_file(path: str) -> str:

@@ -15,8 +15,8 @@ from typing import Dict, List, Mapping, Optional, Tuple
 import tensorflow as tf
 from absl import logging
 
-from efficientdet_keras.archive import ARCHIVE_JSON, CHECKPOINT_SUFFIXES, CheckpointArchive
-from efficientdet_keras.fileio import write_files_atomically, write_text_atomically
+from efficientdet_keras.checkpoint.archive import ARCHIVE_JSON, CHECKPOINT_SUFFIXES, CheckpointArchive
+from efficientdet_keras.utils.fileio import write_files_atomically, write_text_atomically
 from efficientdet_keras.optimization import wrapper_state_variables
 
 EMA_SUFFIX = "/ExponentialMovingAverage"

@@ -1,0 +1,1 @@
+"""Detection math shared by training, evaluation and export: anchors and their labeler, losses, post-processing, anchor fitting."""
