@@ -28,12 +28,12 @@ clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
 
 bench: $(STAMP)
-	$(BIN)/python tools/bench.py --what=postprocess
-	$(BIN)/python tools/bench.py --what=pipeline --batch_size=4
-	$(BIN)/python tools/bench.py --what=augment --batch_size=4
-	$(BIN)/python tools/bench.py --what=eval --image_size=256 --batch_size=8
-	$(BIN)/python tools/bench.py --what=train --image_size=256 --batch_size=4
-	$(BIN)/python tools/bench.py --what=serve --image_size=512
-	$(BIN)/python tools/bench.py --what=tflite --model_dir=runs/demo
-	$(BIN)/python tools/bench.py --what=short_runs
-	$(BIN)/python tools/bench.py --what=speed --model_dir=runs/demo
+	$(BIN)/python benchmarks/bench.py --what=postprocess
+	$(BIN)/python benchmarks/bench.py --what=pipeline --batch_size=4
+	$(BIN)/python benchmarks/bench.py --what=augment --batch_size=4
+	$(BIN)/python benchmarks/bench.py --what=eval --image_size=256 --batch_size=8
+	$(BIN)/python benchmarks/bench.py --what=train --image_size=256 --batch_size=4
+	$(BIN)/python benchmarks/bench.py --what=serve --image_size=512
+	$(BIN)/python benchmarks/bench.py --what=tflite --model_dir=runs/demo
+	$(BIN)/python benchmarks/bench.py --what=short_runs
+	$(BIN)/python benchmarks/bench.py --what=speed --model_dir=runs/demo

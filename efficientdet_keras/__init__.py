@@ -11,21 +11,33 @@ TensorFlow.
 import importlib
 import os
 
+# Set here only: importing any submodule (a command-line tool included) runs this file first.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 __version__ = "0.1.0"
 
 # Public name -> the submodule that defines it.
 _EXPORTS = {
-    "restore_ckpt": "checkpoint", "save_ckpt": "checkpoint",
-    "MODEL_NAMES": "config", "Config": "config", "get_efficientdet_config": "config",
+    # Config.
+    "Config": "config", "MODEL_NAMES": "config", "get_efficientdet_config": "config",
     "validate_config": "config",
-    "EfficientDetNet": "model",
+    # The network and its checkpoints.
+    "EfficientDetNet": "model", "restore_ckpt": "checkpoint", "save_ckpt": "checkpoint",
+    # Data.
+    "InputPipeline": "data.pipeline", "make_source": "data.sources",
+    # Training.
+    "EfficientDetNetTrain": "training.trainer", "EfficientDetNetTrainHub": "training.hub_trainer",
+    "TrainingRun": "training.run", "get_callbacks": "training.callbacks",
+    # Evaluation.
+    "COCOEvaluator": "evaluation",
+    # Export.
+    "export_detector": "export.saved_model", "export_tflite": "export.tflite",
+    "export_feature_module": "export.hub_module",
+    # Inference.
     "Detector": "inference.detector", "Detections": "inference.results",
 }
 
-__all__ = ["Config", "Detections", "Detector", "EfficientDetNet", "MODEL_NAMES",
-           "get_efficientdet_config", "restore_ckpt", "save_ckpt", "validate_config"]
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name):

@@ -1,21 +1,20 @@
-"""Shared test helpers: the reference data folder and small model configs."""
+"""Pytest fixtures and the process setup every test relies on; plain helpers are in helpers.py."""
 
 import os
 
+# Before anything imports TensorFlow: tests import it directly, not only via the package.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from helpers import REFERENCE_DIR  # noqa: E402
+
 # Two logical CPUs, so tf.distribute.MirroredStrategy tests run on this machine.
 # Must happen before TensorFlow initialises its runtime, hence here.
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2)
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REFERENCE_DIR = os.path.join(REPO_ROOT, "..", "shared", "reference")
-HPARAMS_DIR = os.path.join(REPO_ROOT, "hparams")
 
 
 @pytest.fixture(autouse=True)
@@ -37,14 +36,6 @@ def reference_dir():
                         "the repository (CI has it; a plain clone does not)" % path)
         return path
     return get
-
-
-def tiny_config(model_name: str = "efficientdet-d0", **overrides):
-    """A full-architecture config at a small input size, for fast tests."""
-    from efficientdet_keras import get_efficientdet_config
-    config = get_efficientdet_config(model_name)
-    config.override(dict(dict(image_size=128, num_classes=4), **overrides))
-    return config
 
 
 @pytest.fixture(scope="session")

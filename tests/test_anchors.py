@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import tiny_config
+from helpers import tiny_config
 from efficientdet_keras import get_efficientdet_config
 from efficientdet_keras.detection.anchors import (BACKGROUND, IGNORE, AnchorLabeler, Anchors, decode_boxes,
                                         encode_boxes, pairwise_iou)

@@ -1,5 +1,5 @@
 """Malformed records and images: each is skipped or repaired with a warning naming the record,
-counted in the data report, and the good records keep flowing (issue 11)."""
+counted in the data report, and the good records keep flowing."""
 
 import collections
 import contextlib
@@ -13,10 +13,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO_ROOT, tiny_config
+from helpers import REPO_ROOT, tiny_config
 from efficientdet_keras.data.decode import DataHealth, decode_and_clean
-from efficientdet_keras.data.pipeline import InputPipeline, RecordsSource, TFRecordSource
-from efficientdet_keras.data.records import ImageRecord, record_to_tf_example
+from efficientdet_keras.data.pipeline import InputPipeline
+from efficientdet_keras.data.sources import RecordsSource, TFRecordSource
+from efficientdet_keras.data.records import ImageRecord
+from efficientdet_keras.data.tf_example import record_to_tf_example
 
 NUM_CLASSES = 3
 
@@ -325,8 +327,9 @@ def test_training_pipeline_keeps_going_past_bad_records(tmp_path, capfd):
 EXIT_WHILE_ITERATING = """
 import sys
 sys.path.insert(0, {tests!r})
-from conftest import tiny_config
-from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
+from helpers import tiny_config
+from efficientdet_keras.data.pipeline import InputPipeline
+from efficientdet_keras.data.sources import TFRecordSource
 pipeline = InputPipeline(tiny_config(num_classes=3, batch_size=2, image_size=64),
                          TFRecordSource({path!r}),
                          is_training=True, seed=1)
@@ -336,7 +339,7 @@ print("one batch")
 """
 
 
-@pytest.mark.slow  # Five processes that import TensorFlow: about 60 s on 2 cores.
+@pytest.mark.slow  # Five processes that each import TensorFlow.
 def test_a_script_that_exits_while_the_training_iterator_is_alive_ends_promptly(tmp_path):
     path = write_records(tmp_path / "d.tfrecord", *[example(i) for i in range(1, 5)])
     script = EXIT_WHILE_ITERATING.format(tests=os.path.join(REPO_ROOT, "tests"), path=path)

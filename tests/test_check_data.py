@@ -1,4 +1,4 @@
-"""The data check (issue 16, part D): statistics, the anchor fit and its suggestion, the
+"""The data check: statistics, the anchor fit and its suggestion, the
 efficientdet-check-data tool, and the progress bars of otherwise silent work."""
 
 import json
@@ -10,15 +10,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO_ROOT, tiny_config
+from helpers import REPO_ROOT, tiny_config
 from efficientdet_keras.detection.anchor_fit import (ENOUGH_MATCHED_UNMATCHED, AnchorSettings,
                                           best_anchor_iou, recommend_anchors, suggest_anchors,
                                           unmatched_share)
 from efficientdet_keras.detection.anchors import Anchors, pairwise_iou
 from efficientdet_keras.data.check import (count_records, format_report, plot_box_sizes,
                                            scan_dataset, summarize)
-from efficientdet_keras.data.pipeline import CocoSource, RecordsSource, TFRecordSource
-from efficientdet_keras.data.records import ImageRecord, record_to_tf_example, records_to_coco
+from efficientdet_keras.data.sources import CocoSource, RecordsSource, TFRecordSource
+from efficientdet_keras.data.coco_json import records_to_coco
+from efficientdet_keras.data.records import ImageRecord
+from efficientdet_keras.data.tf_example import record_to_tf_example
 
 from test_voc import make_voc_tree
 
@@ -143,7 +145,7 @@ def test_the_recommendation_is_the_smallest_scale_change_that_matches_enough_box
     the aspect ratios. Boxes the anchors already match get no recommendation, and with none
     within 10% the fewest unmatched is taken."""
     from efficientdet_keras.data.synthetic import generate_examples
-    from efficientdet_keras.data.synthetic_glyphs import GLYPHS
+    from benchmarks.synthetic_glyphs import GLYPHS
     boxes = np.concatenate([record.boxes for record, _ in
                             generate_examples(512, 128, 128, style=GLYPHS)])
     current = anchor_settings()

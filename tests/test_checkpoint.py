@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import tiny_config
+from helpers import tiny_config
 from efficientdet_keras import EfficientDetNet, get_efficientdet_config, restore_ckpt, save_ckpt
 from efficientdet_keras.checkpoint import EMA_SUFFIX, variable_name
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 
 
 def test_summary_tool_prints_parts_and_levels():
@@ -33,7 +33,7 @@ def test_summary_tool_rejects_unknown_key():
 
 def test_bench_postprocess_prints_figures():
     result = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "tools", "bench.py"), "--what=postprocess",
+        [sys.executable, os.path.join(REPO_ROOT, "benchmarks", "bench.py"), "--what=postprocess",
          "--model_name=efficientdet-lite0", "--image_size=128", "--batch_size=1", "--repeats=1"],
         capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -82,7 +82,7 @@ def test_help_lists_the_tools_own_flags_without_loading_tensorflow(script):
 
 
 @pytest.mark.parametrize("script,own_flag", [
-    ("efficientdet-summary", "--ckpt"), ("efficientdet-bench", "--what"),
+    ("efficientdet-summary", "--ckpt"), ("efficientdet-bench", "--model"),
     ("efficientdet-create-tfrecord", "--input_format"), ("efficientdet-eval", "--val_file_pattern"),
     ("efficientdet-train", "--model_dir"), ("efficientdet-export", "--export_dir"),
     ("efficientdet-infer", "--saved_model_dir"), ("efficientdet-check-data", "--file_pattern")])
@@ -140,8 +140,7 @@ def tiny_run(tmp_path_factory):
 
     import numpy as np
 
-    from conftest import tiny_config
-    from data_helpers import make_records, write_model_dir, write_tfrecord
+    from helpers import make_records, tiny_config, write_model_dir, write_tfrecord
 
     root = tmp_path_factory.mktemp("cli_data_errors")
     model_dir = root / "model"

@@ -3,7 +3,7 @@ import os
 import pytest
 import yaml
 
-from conftest import HPARAMS_DIR
+from helpers import HPARAMS_DIR
 from efficientdet_keras import MODEL_NAMES, Config, get_efficientdet_config
 from efficientdet_keras.config import parse_override_string, validate_config
 

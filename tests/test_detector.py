@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from conftest import tiny_config
+from helpers import tiny_config
 from efficientdet_keras import Detections, Detector, EfficientDetNet, save_ckpt
 from efficientdet_keras.checkpoint import variable_name
 from efficientdet_keras.export.saved_model import export_detector

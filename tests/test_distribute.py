@@ -24,10 +24,11 @@ import tensorflow as tf
 import tf_keras as keras
 from tensorflow.python.distribute import mirrored_run, mirrored_strategy
 
-from conftest import REPO_ROOT, tiny_config
+from helpers import REPO_ROOT, tiny_config
 from efficientdet_keras import EfficientDetNet, restore_ckpt
 from efficientdet_keras.checkpoint import EMA_SUFFIX, variable_name
-from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
+from efficientdet_keras.data.pipeline import InputPipeline
+from efficientdet_keras.data.sources import TFRecordSource
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
 from efficientdet_keras.model.layers import batch_norm, uses_sync_batch_norm
 from efficientdet_keras.training.ema import ExponentialMovingAverage
@@ -87,7 +88,7 @@ def runs(tmp_path_factory, two_cpu_strategy):
     initial = [v.numpy() for v in single.variables]
     results = {"initial": (None, {variable_name(v): value
                                   for v, value in zip(single.variables, initial)})}
-    # Eager: the reference needs no trace of its own (tens of seconds here).
+    # Eager: the reference needs no trace of its own, which would be slow.
     results["one replica"] = (single, train(single, batch, run_eagerly=True))
     with two_cpu_strategy.scope():
         model = EfficientDetNetTrain(config.copy().override({"sync_batch_norm": None}))

@@ -6,12 +6,13 @@ import json
 import numpy as np
 import pytest
 
-from conftest import tiny_config
+from helpers import tiny_config
 from efficientdet_keras import EfficientDetNet
 from efficientdet_keras.checkpoint.archive import CheckpointArchive
 from efficientdet_keras.evaluation.continuous import evaluate_continuously
 from efficientdet_keras.evaluation.runner import EvaluationTiming
-from efficientdet_keras.training.callbacks import CheckpointCallback, COCOCallback
+from efficientdet_keras.training.checkpoint_callbacks import CheckpointCallback
+from efficientdet_keras.training.coco_callback import COCOCallback
 
 SMALL = dict(fpn_num_filters=16, fpn_cell_repeats=1, box_class_repeats=1)
 
@@ -81,7 +82,8 @@ def test_coco_metrics_json_keeps_the_epochs_before_a_resume(tmp_path):
 
 
 def test_val_ema_loss_is_the_validation_loss_of_the_ema_weights(tmp_path, capsys):
-    from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
+    from efficientdet_keras.data.pipeline import InputPipeline
+    from efficientdet_keras.data.sources import TFRecordSource
     from efficientdet_keras.data.synthetic import write_synthetic_dataset
     from efficientdet_keras.training.trainer import EfficientDetNetTrain
 

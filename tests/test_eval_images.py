@@ -12,14 +12,15 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from conftest import tiny_config
+from helpers import tiny_config
 from efficientdet_keras import EfficientDetNet
-from efficientdet_keras.data.pipeline import CocoSource, InputPipeline
+from efficientdet_keras.data.pipeline import InputPipeline
+from efficientdet_keras.data.sources import CocoSource
 from efficientdet_keras.data.synthetic import SYNTHETIC_LABEL_MAP, write_synthetic_dataset
 from efficientdet_keras.utils.drawing import class_colour
 from efficientdet_keras.detection.postprocess import Detections
 from efficientdet_keras.reports.eval_images import SUMMARY_TAG, EvaluationImages
-from efficientdet_keras.training.callbacks import COCOCallback
+from efficientdet_keras.training.coco_callback import COCOCallback
 
 SMALL = dict(fpn_num_filters=16, fpn_cell_repeats=1, box_class_repeats=1)
 SIZE = 128  # tiny_config's input size

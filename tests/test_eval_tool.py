@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from conftest import REPO_ROOT, tiny_config
+from helpers import REPO_ROOT, tiny_config
 from efficientdet_keras import EfficientDetNet, save_ckpt
 from efficientdet_keras.checkpoint.archive import CheckpointArchive
 from efficientdet_keras.checkpoint import variable_name
@@ -147,7 +147,7 @@ def copy_run(model_dir, target):
 
 def test_continuous_evaluation_skips_a_checkpoint_the_trainer_deleted(run_dir, tmp_path, caplog):
     from efficientdet_keras import Config
-    from efficientdet_keras.data.pipeline import TFRecordSource
+    from efficientdet_keras.data.sources import TFRecordSource
     from efficientdet_keras.evaluation.continuous import (CheckpointEvaluation,
                                                           evaluate_continuously)
     model_dir, data = run_dir

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO_ROOT, tiny_config
+from helpers import REPO_ROOT, tiny_config
 from efficientdet_keras import EfficientDetNet, restore_ckpt, save_ckpt
 from efficientdet_keras.checkpoint import variable_name
 from efficientdet_keras.data.augment import resize_crop_pad

@@ -1,4 +1,4 @@
-"""Crash-safe writes, a full disk, the run's config and bad COCO JSON entries (issue 11, part D).
+"""Crash-safe writes, a full disk, the run's config and bad COCO JSON entries.
 
 No training: checkpoints of a few plain tf.Variables, the archive and fileio are
 called directly; one short `efficientdet-train` start checks the CLI wiring.
@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO_ROOT, tiny_config
+from helpers import REPO_ROOT, tiny_config
 from efficientdet_keras.checkpoint.archive import CheckpointArchive
 from efficientdet_keras.checkpoint import save_ckpt
 from efficientdet_keras.config import get_efficientdet_config
-from efficientdet_keras.data.records import load_coco_records
+from efficientdet_keras.data.coco_records import load_coco_records
 from efficientdet_keras.utils.fileio import (FileWriteError, remove_stale_temporary_files,
                                        write_json_atomically)
 
@@ -232,7 +232,7 @@ def test_rerun_with_another_config_stops_before_writing_anything(tmp_path):
 
 
 def test_overwrite_config_and_resumable_keys(tmp_path, caplog):
-    from efficientdet_keras.cli.train import FlagError, check_run_config
+    from efficientdet_keras.training.run_config import RunConfigMismatchError, check_run_config
     config = get_efficientdet_config("efficientdet-d0").override("batch_size=8")
     config.save_yaml(str(tmp_path))
     longer = config.copy().override("num_epochs=400,map_freq=2")
@@ -240,7 +240,7 @@ def test_overwrite_config_and_resumable_keys(tmp_path, caplog):
         check_run_config(longer, str(tmp_path), overwrite=False)  # No error.
     assert "num_epochs 300 -> 400" in caplog.text and "map_freq 5 -> 2" in caplog.text
     other = config.copy().override("batch_size=4,nms_configs.iou_thresh=0.6")
-    with pytest.raises(FlagError) as error:
+    with pytest.raises(RunConfigMismatchError) as error:
         check_run_config(other, str(tmp_path), overwrite=False)
     assert "batch_size 8 -> 4; nms_configs.iou_thresh 0.5 -> 0.6;" in str(error.value)
     check_run_config(other, str(tmp_path), overwrite=True)  # No error.
@@ -284,7 +284,8 @@ def test_coco_missing_image_files_are_skipped(tmp_path, caplog):
     assert skipped == {"image file missing": 1}
     assert "%s: skipping image id 1 (%s): image file missing" % (path, tmp_path / "a.jpg") in text
     # The pipeline's end-of-run data report counts them too.
-    from efficientdet_keras.data.pipeline import CocoSource, InputPipeline
+    from efficientdet_keras.data.pipeline import InputPipeline
+    from efficientdet_keras.data.sources import CocoSource
     pipeline = InputPipeline(tiny_config(), CocoSource(path, str(tmp_path)), is_training=False)
     caplog.clear()
     with caplog.at_level(logging.WARNING):

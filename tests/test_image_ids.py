@@ -5,12 +5,13 @@ import json
 import numpy as np
 import pytest
 
-from conftest import tiny_config
-from data_helpers import bright_box_image, write_image, write_tfrecord
+from helpers import bright_box_image, tiny_config, write_image, write_tfrecord
 from efficientdet_keras.data.image_ids import image_id_to_int64
-from efficientdet_keras.data.pipeline import CocoSource, InputPipeline, TFRecordSource
-from efficientdet_keras.data.records import (ImageRecord, load_coco_records, read_coco_json,
-                                             records_to_coco)
+from efficientdet_keras.data.pipeline import InputPipeline
+from efficientdet_keras.data.sources import CocoSource, TFRecordSource
+from efficientdet_keras.data.coco_json import read_coco_json, records_to_coco
+from efficientdet_keras.data.coco_records import load_coco_records
+from efficientdet_keras.data.records import ImageRecord
 from efficientdet_keras.evaluation import COCOEvaluator, check_source_ids_match
 from efficientdet_keras.detection.postprocess import CocoRows, Detections
 

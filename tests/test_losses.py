@@ -161,7 +161,7 @@ def test_detection_loss_sums_levels_with_weights():
     of the per-level losses, each level with its own anchors. Two anchor shapes per position
     and CIoU (IoU and GIoU do not change when both boxes share an anchor; CIoU's aspect term
     does) make a wrong anchor order show."""
-    from conftest import tiny_config
+    from helpers import tiny_config
     from efficientdet_keras.detection.anchors import Anchors
     from efficientdet_keras.detection.losses import DetectionLoss
     config = tiny_config(num_classes=2, min_level=3, max_level=4, num_scales=1,

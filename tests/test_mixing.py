@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from data_helpers import bright_box_image
+from helpers import bright_box_image
 from efficientdet_keras.data import gridmask, mixing
 
 # Object colours of the four mosaic images (class q + 1 is image q's object).

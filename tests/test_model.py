@@ -3,7 +3,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from conftest import tiny_config
+from helpers import tiny_config
 from efficientdet_keras import EfficientDetNet, get_efficientdet_config
 from efficientdet_keras.model.efficientnet import EfficientNetBackbone, block_specs
 from efficientdet_keras.checkpoint import variable_name

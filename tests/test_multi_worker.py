@@ -1,4 +1,4 @@
-"""Multi-worker training (issue 13, part A): TF_CONFIG, who writes what, input sharding,
+"""Multi-worker training: TF_CONFIG, who writes what, input sharding,
 tf.data service, and two real `efficientdet-train --strategy=multi-worker` processes on
 loopback that train like one process, write only the chief's files and resume after a kill."""
 
@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO_ROOT, tiny_config
-from data_helpers import make_records, write_tfrecord
-from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
-from efficientdet_keras.training.callbacks import latest_backup_step
-from efficientdet_keras.training.kill_harness import RESUMED_STEP, TrainProcess
+from helpers import REPO_ROOT, make_records, tiny_config, write_tfrecord
+from efficientdet_keras.data.pipeline import InputPipeline
+from efficientdet_keras.data.sources import TFRecordSource
+from efficientdet_keras.training.backup import latest_backup_step
+from benchmarks.kill_harness import RESUMED_STEP, TrainProcess
 from efficientdet_keras.training.runtime import check_tf_config, get_strategy
 from efficientdet_keras.training.workers import is_chief, remove_write_dir, write_dir
 
@@ -102,7 +102,7 @@ def test_the_training_pipeline_runs_under_tf_data_service(tmp_path):
 ON_READ_WORKER = """
 import json, sys
 import tensorflow as tf
-from efficientdet_keras.training.callbacks import on_read_variables_reduced_together
+from efficientdet_keras.training.workers import on_read_variables_reduced_together
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 index = strategy.cluster_resolver.task_id
 with strategy.scope():

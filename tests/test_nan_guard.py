@@ -15,7 +15,8 @@ import tf_keras as keras
 
 from efficientdet_keras.checkpoint import variable_name
 from efficientdet_keras.cli.common import run_or_exit
-from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
+from efficientdet_keras.data.pipeline import InputPipeline
+from efficientdet_keras.data.sources import TFRecordSource
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
 from efficientdet_keras.detection.losses import DetectionLoss
 from efficientdet_keras.training.callbacks import get_callbacks

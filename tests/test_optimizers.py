@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from conftest import HPARAMS_DIR, tiny_config
+from helpers import HPARAMS_DIR, tiny_config
 from efficientdet_keras.training.optimizers import (
     DEFAULT_BATCH_SIZE, ConstantSchedule, CosineDecaySchedule, FusedAdam, FusedSGD,
     PolynomialSchedule, StepwiseSchedule, clip_gradients, get_optimizer, learning_rate_schedule,

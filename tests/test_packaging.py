@@ -11,7 +11,7 @@ import zipfile
 
 import pytest
 
-from conftest import HPARAMS_DIR, REPO_ROOT
+from helpers import HPARAMS_DIR, REPO_ROOT
 from efficientdet_keras.config import PACKAGED_HPARAMS_DIR, get_efficientdet_config
 from test_cli import assert_quiet_start, console_scripts
 

@@ -5,12 +5,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import tiny_config
-from data_helpers import bright_box_image, make_records, write_image, write_tfrecord
+from helpers import bright_box_image, make_records, tiny_config, write_image, write_tfrecord
 from efficientdet_keras.data import autoaugment
-from efficientdet_keras.data.pipeline import (CocoSource, InputPipeline, RecordsSource,
-                                              TFRecordSource, make_source)
-from efficientdet_keras.data.records import ImageRecord, records_to_coco
+from efficientdet_keras.data.pipeline import InputPipeline
+from efficientdet_keras.data.sources import (CocoSource, RecordsSource, TFRecordSource,
+                                             make_source)
+from efficientdet_keras.data.coco_json import records_to_coco
+from efficientdet_keras.data.records import ImageRecord
 
 
 def config(**overrides):
@@ -352,7 +353,7 @@ def test_policy_keys_reach_autoaugment_and_randaugment(tmp_path):
         pipeline = InputPipeline(config(autoaugment_policy=policy, randaugment_num_layers=3,
                                         randaugment_magnitude=9.0),
                                  RecordsSource(records), is_training=True)
-        for ours, theirs in zip(pipeline._autoaugment(image, boxes, seed), direct()):
+        for ours, theirs in zip(pipeline.transforms.autoaugment(image, boxes, seed), direct()):
             np.testing.assert_array_equal(ours, theirs)
 
 

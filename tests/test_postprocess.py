@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import tiny_config
+from helpers import tiny_config
 from efficientdet_keras.detection.anchors import Anchors, encode_boxes
 from efficientdet_keras.detection.postprocess import (Detections, batched_nms, postprocess_detections,
                                             to_coco_rows)

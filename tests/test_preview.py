@@ -1,5 +1,5 @@
 """The augmentation preview (data/preview.py, efficientdet-check-data --preview_png) and the
-augmentation throughput benchmark (efficientdet-bench --what=augment)."""
+augmentation throughput benchmark (benchmarks/bench.py --what=augment)."""
 
 import io
 import os
@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import REPO_ROOT, tiny_config
-from data_helpers import bright_box_image, write_image, write_tfrecord
-from efficientdet_keras.data.pipeline import RecordsSource, TFRecordSource
+from helpers import REPO_ROOT, bright_box_image, tiny_config, write_image, write_tfrecord
+from efficientdet_keras.data.sources import RecordsSource, TFRecordSource
 from efficientdet_keras.data.preview import augmented_examples, preview_grid
 from efficientdet_keras.data.records import ImageRecord
 from efficientdet_keras.utils.drawing import class_colour, image_grid
@@ -103,7 +102,9 @@ def test_preview_tiles_show_the_images_and_boxes_the_pipeline_gives(records):
 
 
 def run_tool(tool, *args, cwd):
-    return subprocess.Popen([sys.executable, os.path.join(REPO_ROOT, "tools", tool)]
+    """tools/<tool>, or benchmarks/bench.py for "bench.py"."""
+    folder = "benchmarks" if tool == "bench.py" else "tools"
+    return subprocess.Popen([sys.executable, os.path.join(REPO_ROOT, folder, tool)]
                             + list(args), cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -152,4 +153,5 @@ def test_check_data_writes_the_preview_and_bench_measures_each_option(records, t
     _, err = bad_option.communicate(timeout=300)
     assert bad_option.returncode == 1
     assert err.strip().splitlines()[-1].startswith(
-        "efficientdet-bench: --augment_options: unknown option(s) 'mosiac'; choose from baseline")
+        "benchmarks/bench.py: --augment_options: unknown option(s) 'mosiac'; choose from "
+        "baseline")

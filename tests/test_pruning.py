@@ -9,15 +9,17 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from conftest import tiny_config
+from helpers import tiny_config
 from test_model import model_vars, read_vars_tsv
 from efficientdet_keras import EfficientDetNet, restore_ckpt
 from efficientdet_keras.checkpoint import variable_name
 from efficientdet_keras.config import default_config, validate_config
-from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
+from efficientdet_keras.data.pipeline import InputPipeline
+from efficientdet_keras.data.sources import TFRecordSource
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
-from efficientdet_keras.optimization import wrapper_state_variables
-from efficientdet_keras.optimization.pruning import resolve_settings, wrap_layer
+from efficientdet_keras.checkpoint import wrapper_state_variables
+from efficientdet_keras.config.optimization_settings import resolve_prune_settings
+from efficientdet_keras.optimization.pruning import wrap_layer
 from efficientdet_keras.optimization.pruning_keras import (PRUNED_WEIGHTS, PrunedLayer,
                                                            pruned_kernels, pruning_wrappers)
 
@@ -54,11 +56,11 @@ def test_settings_defaults_and_hparams_string():
     config.override("model_optimizations.prune.target_sparsity=0.6,"
                     "model_optimizations.prune.end_step=40")
     config.override({"model_optimizations": {"prune": {"frequency": 5}}})  # Merged, not replaced.
-    settings = resolve_settings(config.model_optimizations["prune"])
+    settings = resolve_prune_settings(config.model_optimizations["prune"])
     assert settings == dict(schedule="polynomial_decay", target_sparsity=0.6, begin_step=0,
                             end_step=40, frequency=5, initial_sparsity=0.0, power=3.0,
                             keep_dense=None)
-    constant = resolve_settings({"schedule": "constant_sparsity"})
+    constant = resolve_prune_settings({"schedule": "constant_sparsity"})
     assert constant["end_step"] == -1  # tfmot: prune until training ends.
 
 
@@ -164,7 +166,7 @@ def test_training_counts_steps_and_masks_kernels_and_their_averages(pruned_run):
 
 
 def test_backup_restores_masks_and_pruning_step(pruned_run):
-    from efficientdet_keras.training.callbacks import BACKUP_DIR, backup_checkpoints_dir
+    from efficientdet_keras.training.backup import BACKUP_DIR, backup_checkpoints_dir
     from efficientdet_keras.training.trainer import EfficientDetNetTrain
     model, model_dir = pruned_run
     resumed = EfficientDetNetTrain(model.config)

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from conftest import HPARAMS_DIR, REFERENCE_DIR
+from helpers import HPARAMS_DIR, REFERENCE_DIR
 from readme_blocks import readme_blocks
 
 WORKED_EXAMPLE = "Fine-tuning a released checkpoint on your own data"
@@ -149,7 +149,7 @@ def _run_command(command, cwd):
 
 def test_worked_example_json_is_the_layout_the_loader_reads(sandbox, tmp_path):
     """The example COCO JSON is valid and loads, with the ids and classes it shows."""
-    from efficientdet_keras.data.records import load_coco_records
+    from efficientdet_keras.data.coco_records import load_coco_records
     example = [b for b in EXAMPLE_BLOCKS if b.language == "json"]
     assert len(example) == 1
     (tmp_path / "data.json").write_text(example[0].code)

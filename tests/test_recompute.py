@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import efficientdet_keras.model  # noqa: F401  (imports the model package before the backbone)
-from conftest import tiny_config
+from helpers import tiny_config
 from efficientdet_keras.model.efficientnet import EfficientNetBackbone
 from efficientdet_keras.model import recompute
 

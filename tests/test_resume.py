@@ -1,5 +1,5 @@
 """Resume to the step: StepBackup, the reseeded input pipeline, and a real training process
-killed with SIGKILL at chosen moments (issue 11, "Resume to the step")."""
+killed with SIGKILL at chosen moments."""
 
 import dataclasses
 import json
@@ -12,11 +12,11 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from conftest import REPO_ROOT, tiny_config
-from data_helpers import make_records
-from efficientdet_keras.data.pipeline import InputPipeline, RecordsSource
-from efficientdet_keras.training.callbacks import (StepBackup, latest_backup_step,
-                                                   remove_interrupted_backup_writes)
+from helpers import REPO_ROOT, make_records, tiny_config
+from efficientdet_keras.data.pipeline import InputPipeline
+from efficientdet_keras.data.sources import RecordsSource
+from efficientdet_keras.training.backup import (StepBackup, latest_backup_step,
+                                                remove_interrupted_backup_writes)
 from efficientdet_keras.training.ema import ExponentialMovingAverage
 
 STEPS_PER_EPOCH, EPOCHS, BACKUP_STEPS = 5, 2, 2
@@ -216,9 +216,8 @@ def kill_run_command(model_dir):
 
 @pytest.mark.slow
 def test_a_sigkilled_run_resumes_at_its_last_backup_and_finishes_like_an_unkilled_one(tmp_path):
-    from efficientdet_keras.training.kill_harness import (TrainProcess, kill_during_backup_write,
-                                                          kill_during_coco_evaluation,
-                                                          read_every_checkpoint)
+    from benchmarks.kill_harness import (TrainProcess, kill_during_backup_write,
+                                         kill_during_coco_evaluation, read_every_checkpoint)
     rng = random.Random(KILL_SEED)
     model_dir = str(tmp_path / "run")
     command = kill_run_command(model_dir)

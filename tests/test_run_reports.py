@@ -1,4 +1,4 @@
-"""Run reports (issue 16): results.csv and its plots, precision-recall curves, the per-class
+"""Run reports: results.csv and its plots, precision-recall curves, the per-class
 AP table at each evaluation, and the best/last checkpoints of a run directory."""
 
 import copy
@@ -12,11 +12,11 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from conftest import tiny_config
+from helpers import tiny_config
 from efficientdet_keras.checkpoint import resolve_checkpoint_path, variable_name
 from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
 from efficientdet_keras.detection.postprocess import CocoRows
-from efficientdet_keras.reports import plots
+from efficientdet_keras.utils import figures
 from efficientdet_keras.reports.pr_curves import plot_precision_recall, precision_recall_curves
 from efficientdet_keras.reports.results_csv import ResultsCallback, read_results
 
@@ -133,7 +133,7 @@ def test_results_csv_rows_columns_and_resume(tmp_path):
 
 def test_without_matplotlib_plots_are_skipped_with_one_note(tmp_path, monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # "import matplotlib" fails.
-    monkeypatch.setattr(plots, "_MISSING_NOTE_LOGGED", [])
+    monkeypatch.setattr(figures, "_MISSING_NOTE_LOGGED", [])
     with caplog.at_level(logging.INFO, logger="absl"):
         _, rows = run_epochs(str(tmp_path), [(0, train_logs(4.0, 0.01, ap=0.1)),
                                              (1, train_logs(3.0, 0.01, ap=0.2))])
@@ -160,7 +160,8 @@ def fitted_run(tmp_path_factory):
     """A small model fitted for 2 epochs of 1 eager step with get_callbacks, COCO evaluated
     after each. Returns model, config, model_dir, history (History.history) and messages
     (the absl log)."""
-    from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
+    from efficientdet_keras.data.pipeline import InputPipeline
+    from efficientdet_keras.data.sources import TFRecordSource
     from efficientdet_keras.data.synthetic import write_synthetic_dataset
     from efficientdet_keras.training.callbacks import get_callbacks
     from efficientdet_keras.training.trainer import EfficientDetNetTrain
@@ -243,7 +244,7 @@ def test_fit_leaves_best_and_last_for_the_next_command(fitted_run):
 
 def test_best_and_last_survive_rotation_and_are_not_listed(tmp_path, fitted_run):
     from efficientdet_keras.evaluation.continuous import list_checkpoints
-    from efficientdet_keras.training.callbacks import CheckpointCallback
+    from efficientdet_keras.training.checkpoint_callbacks import CheckpointCallback
     model = fitted_run.model  # Any built model; this one is at hand.
     bias = next(v for v in model.variables if variable_name(v).endswith("class-predict/bias"))
     callback = CheckpointCallback(str(tmp_path), keep=1, archive_keep=1)

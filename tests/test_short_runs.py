@@ -8,8 +8,7 @@ import pytest
 import yaml
 
 from efficientdet_keras import get_efficientdet_config
-from efficientdet_keras.cli.short_runs import (HEADER, format_epoch, run_short_run,
-                                               short_run_config)
+from benchmarks.short_runs import HEADER, format_epoch, run_short_run, short_run_config
 from efficientdet_keras.config import PACKAGED_HPARAMS_DIR
 
 

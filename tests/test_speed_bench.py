@@ -1,4 +1,4 @@
-"""efficientdet-bench --what=speed (cli/speed_bench.py): the float32 and best paths side by side,
+"""benchmarks/bench.py --what=speed (benchmarks/speed.py): the float32 and best paths side by side,
 each figure from a child process; a tiny run and the table's parsing and ratios."""
 
 import os
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 
 
 # Smaller BiFPN and heads and a frozen backbone: the children trace in seconds, not minutes.
@@ -15,7 +15,7 @@ SMALL_D0 = "fpn_num_filters=16,fpn_cell_repeats=1,box_class_repeats=1,var_freeze
 
 
 def run_bench(*args, cwd):
-    return subprocess.run([sys.executable, os.path.join(REPO_ROOT, "tools", "bench.py"),
+    return subprocess.run([sys.executable, os.path.join(REPO_ROOT, "benchmarks", "bench.py"),
                            "--what=speed", *args], capture_output=True, text=True, cwd=cwd,
                           timeout=900)
 
@@ -56,15 +56,14 @@ def test_tiny_speed_run_prints_both_paths_and_their_ratio(tmp_path):
     bad = run_bench("--speed_rows=train_256_4,latncy", cwd=tmp_path)
     assert bad.returncode != 0
     assert bad.stderr.strip().splitlines()[-1] == (
-        "efficientdet-bench: --speed_rows: unknown row(s) 'latncy'; choose from train_256_4, "
+        "benchmarks/bench.py: --speed_rows: unknown row(s) 'latncy'; choose from train_256_4, "
         "train_256_8, train_512_4, train_512_8, network, end_to_end, first_step, memory, ap")
 
 
-# Run in a child: importing a CLI module defines absl flags, which collide with other CLI
-# modules' in the same pytest-xdist worker.
+# Run in a child, as the benchmark programs run: from the checkout.
 PARSING_CHECKS = """
 import pytest
-from efficientdet_keras.cli.speed_bench import SPEED_PATHS, parse_child_output, ratio_cell
+from benchmarks.speed import SPEED_PATHS, parse_child_output, ratio_cell
 assert set(SPEED_PATHS) == {"float32", "best"}
 assert SPEED_PATHS["best"]["memory_hparams"] == "grad_checkpoint=true"
 assert SPEED_PATHS["best"]["infer_runtime"] == "tflite"
@@ -88,8 +87,8 @@ def test_child_output_and_ratio_formatting():
 
 # measure_rounds with a stand-in for the children: which ran in which order, and the table.
 ROUNDS_CHECKS = """
-from efficientdet_keras.cli import speed_bench as sb
-sb.FLAGS(["bench", "--speed_scale=0.25", "--repeats=2", "--model_dir=/no/demo/run"])
+from benchmarks import speed as sb
+settings = sb.SpeedSettings(scale=0.25, repeats=2, model_dir="/no/demo/run")
 calls = []
 IMAGES_PER_S = {"float32": [10.0, 20.0, 30.0], "best": [5.0, 30.0, 12.0]}
 
@@ -104,7 +103,7 @@ def fake_child(measure, path, size, batch, steps):
     return {"network_ms": {"float32": 8.0, "best": 2.0 + index}[path]}
 
 rows = ["train_256_4", "network", "first_step", "memory"]
-rounds = sb.measure_rounds(rows, 3, run=fake_child)
+rounds = sb.measure_rounds(settings, rows, 3, run=fake_child)
 one_round = [("train", "float32", 64, 4), ("train", "best", 64, 4),
              ("train", "float32", 128, 8),  # The best path's memory row has a child of its own.
              ("network", "float32", 128, 1), ("network", "best", 128, 1),
@@ -116,11 +115,11 @@ assert medians["float32"]["train_256_4"] == 20.0 and medians["best"]["train_256_
 assert ranges["train_256_4"] == (0.4, 1.5)
 assert medians["best"]["memory_mb"] == 60.0 and ranges["memory_mb"] == (0.4, 0.8)
 assert medians["best"]["network_ms"] == 3.0 and ranges["network_ms"] == (0.25, 0.5)
-table = sb.format_table(medians, rows, "/no/demo/run", ranges).splitlines()
+table = sb.format_table(settings, medians, rows, ranges).splitlines()
 assert table[0] == "| measurement | float32 | best | best/float32 | rounds' best/float32 |"
 assert "| training 64 px batch 4 (img/s) | 20.00 | 12.00 | 0.60 | 0.40-1.50 |" in table, table
 assert "| peak memory, training 128 px batch 8 (MB) | 100 | 60 | 0.60 | 0.40-0.80 |" in table
-assert sb.format_table(medians, rows, "x").splitlines()[0].count("|") == 5  # One round.
+assert sb.format_table(settings, medians, rows).splitlines()[0].count("|") == 5  # One round.
 once = sb.combine_rounds([{"float32": {"AP": 0.5}, "best": {"AP": 0.5}},
                          {"float32": {}, "best": {}}])
 assert once == ({"float32": {"AP": 0.5}, "best": {"AP": 0.5}}, {})  # No range of one value.

@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import tiny_config
+from helpers import tiny_config
 from efficientdet_keras import EfficientDetNet, save_ckpt
 from efficientdet_keras.data.synthetic import generate_examples, write_synthetic_dataset
 from efficientdet_keras.export import tflite, tflite_parity

@@ -16,15 +16,16 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from conftest import REPO_ROOT, tiny_config
+from helpers import REPO_ROOT, tiny_config
 from efficientdet_keras import EfficientDetNet
-from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
+from efficientdet_keras.data.pipeline import InputPipeline
+from efficientdet_keras.data.sources import TFRecordSource
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
 from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
 from efficientdet_keras.evaluation.runner import evaluate_dataset
 from efficientdet_keras.evaluation.tflite_evaluation import (TFLiteEvaluation,
                                                              pipeline_images_to_uint8)
-from efficientdet_keras.export.saved_model import preprocess_image
+from efficientdet_keras.inference.serving_graph import preprocess_image
 from efficientdet_keras.export.tflite import export_tflite
 from efficientdet_keras.data.augment import resize_crop_pad
 from efficientdet_keras.inference.tflite_runner import (INSTALL_HINT, LiteRTMissingError,

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import REPO_ROOT
+from helpers import REPO_ROOT
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
 
 TRAIN_TOOL = os.path.join(REPO_ROOT, "tools", "train.py")

@@ -18,11 +18,9 @@ boxes and class names drawn (data/preview.py), before the check reads the record
 import glob
 import os
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+from absl import flags
 
-from absl import flags  # noqa: E402
-
-from efficientdet_keras.cli.common import HPARAMS_HELP, run_app, run_or_exit  # noqa: E402
+from efficientdet_keras.cli.common import HPARAMS_HELP, run_app, run_or_exit
 
 TOOL = "efficientdet-check-data"
 
@@ -71,7 +69,7 @@ def check_flags() -> None:
 
 def make_source_and_label_map(config):
     """The data source of the flags and the class names to show ({id: name} or None)."""
-    from efficientdet_keras.data.pipeline import RecordsSource, make_source
+    from efficientdet_keras.data.sources import RecordsSource, make_source
     label_map = dict(config.label_map) if isinstance(config.label_map, dict) else None
     if FLAGS.voc_root:
         from efficientdet_keras.data.voc import VOC_LABEL_MAP, load_voc_records
@@ -79,7 +77,7 @@ def make_source_and_label_map(config):
         return RecordsSource(load_voc_records(FLAGS.voc_root, FLAGS.voc_split, label_map)), \
             label_map
     if FLAGS.json_file:
-        from efficientdet_keras.data.records import coco_categories
+        from efficientdet_keras.data.coco_json import coco_categories
         label_map = label_map or coco_categories(FLAGS.json_file)
     return make_source(FLAGS.file_pattern, FLAGS.json_file, FLAGS.image_dir), label_map
 

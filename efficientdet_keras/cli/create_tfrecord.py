@@ -1,6 +1,6 @@
 """efficientdet-create-tfrecord: COCO JSON or Pascal VOC into sharded TFRecord files.
 
-Examples are in the Object Detection API layout (`data.records.record_to_tf_example`):
+Examples are in the Object Detection API layout (`data.tf_example.record_to_tf_example`):
 image bytes stored as they are on disk (no re-encoding), boxes normalised to 0..1.
 Shards are named <output_prefix>-00000-of-00004.tfrecord and filled round-robin.
 
@@ -28,11 +28,9 @@ import os
 import sys
 from typing import Dict, Optional
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+from absl import flags, logging
 
-from absl import flags, logging  # noqa: E402
-
-from efficientdet_keras.cli.common import run_app  # noqa: E402
+from efficientdet_keras.cli.common import run_app
 
 TOOL = "efficientdet-create-tfrecord"
 
@@ -120,8 +118,8 @@ def main(argv):
     if problem:
         sys.exit("%s: %s" % (TOOL, problem))
 
-    from efficientdet_keras.data.records import (coco_categories, load_coco_records,
-                                                 records_to_coco)
+    from efficientdet_keras.data.coco_json import coco_categories, records_to_coco
+    from efficientdet_keras.data.coco_records import load_coco_records
     from efficientdet_keras.data.tfrecord_writer import shard_paths, write_tfrecords
     from efficientdet_keras.data.voc import VOC_LABEL_MAP, load_voc_records
 

@@ -25,14 +25,12 @@ checkpoint has them.
 import os
 import sys
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+from absl import flags
 
-from absl import flags  # noqa: E402
-
-from efficientdet_keras.cli.common import (HPARAMS_HELP, load_run_config,  # noqa: E402
+from efficientdet_keras.cli.common import (HPARAMS_HELP, load_run_config,
                                            print_evaluation, run_app, run_or_exit,
                                            watch_and_report)
-from efficientdet_keras.utils.fileio import remove_stale_temporary_files  # noqa: E402
+from efficientdet_keras.utils.fileio import remove_stale_temporary_files
 
 TOOL = "efficientdet-eval"
 FLAGS = flags.FLAGS
@@ -125,7 +123,7 @@ def build_tflite_evaluation():
 
 
 def eval_source():
-    from efficientdet_keras.data.pipeline import make_source
+    from efficientdet_keras.data.sources import make_source
     return make_source(FLAGS.val_file_pattern,
                        None if FLAGS.val_file_pattern else FLAGS.val_json_file, FLAGS.image_dir)
 

@@ -15,11 +15,9 @@ exported when the checkpoint has them.
 
 import os
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+from absl import flags
 
-from absl import flags  # noqa: E402
-
-from efficientdet_keras.cli.common import (HPARAMS_HELP, load_model_and_config, run_app,  # noqa: E402
+from efficientdet_keras.cli.common import (HPARAMS_HELP, load_model_and_config, run_app,
                                            run_or_exit)
 
 TOOL = "efficientdet-export"

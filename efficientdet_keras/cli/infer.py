@@ -13,14 +13,12 @@ boxes, class names and scores drawn, and detections.json: per file, boxes
 import glob
 import os
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+from absl import flags
 
-from absl import flags  # noqa: E402
-
-from efficientdet_keras.cli.common import (HPARAMS_HELP, load_run_config, run_app,  # noqa: E402
+from efficientdet_keras.cli.common import (HPARAMS_HELP, load_run_config, run_app,
                                            run_or_exit)
-from efficientdet_keras.utils.fileio import write_bytes_atomically, write_json_atomically  # noqa: E402
-from efficientdet_keras.inference.images import load_image  # noqa: E402
+from efficientdet_keras.utils.fileio import write_bytes_atomically, write_json_atomically
+from efficientdet_keras.inference.images import load_image
 
 TOOL = "efficientdet-infer"
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif")

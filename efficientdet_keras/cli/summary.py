@@ -4,14 +4,11 @@ Shows the config in use, the parameters of each part (backbone, BiFPN, heads)
 and the output shape of every pyramid level for one input.
 """
 
-import os
 import sys
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+from absl import flags
 
-from absl import flags  # noqa: E402
-
-from efficientdet_keras.cli.common import HPARAMS_HELP, run_app  # noqa: E402
+from efficientdet_keras.cli.common import HPARAMS_HELP, run_app
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDet family.")

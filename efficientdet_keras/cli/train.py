@@ -16,13 +16,10 @@ config is an error listing the differing keys, unless --overwrite_config is give
 """
 
 import os
-import sys
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+from absl import flags
 
-from absl import flags  # noqa: E402
-
-from efficientdet_keras.cli.common import (HPARAMS_HELP, load_run_config,  # noqa: E402
+from efficientdet_keras.cli.common import (HPARAMS_HELP, load_run_config,
                                            print_evaluation, run_app, run_or_exit,
                                            watch_and_report)
 
@@ -141,7 +138,7 @@ def build_config(demo_data=None):
 
 
 def make_sources(demo_data):
-    from efficientdet_keras.data.pipeline import make_source
+    from efficientdet_keras.data.sources import make_source
     if demo_data is not None:
         return (make_source(demo_data.train_tfrecord), make_source(demo_data.val_tfrecord),
                 demo_data.val_json)
@@ -153,12 +150,6 @@ def make_sources(demo_data):
                           None if FLAGS.val_file_pattern else FLAGS.val_json_file,
                           FLAGS.val_image_dir)
     return train, val, FLAGS.val_json_file or None
-
-
-def count_examples(source) -> int:
-    """Images in a source (TFRecords are counted by reading them once, with a progress bar)."""
-    from efficientdet_keras.data.check import count_records
-    return count_records(source)
 
 
 def continuous_eval(config, val_source, val_json):
@@ -176,103 +167,25 @@ def continuous_eval(config, val_source, val_json):
     watch_and_report(evaluation, FLAGS.model_dir, FLAGS.archive_keep, FLAGS.eval_timeout or None)
 
 
-# Keys a re-run of a model_dir may change: how long it trains (extending a finished run)
-# and how it runs or how often it evaluates, not what the model is or how it learns.
-RESUMABLE_KEYS = ("num_epochs", "steps_per_execution", "jit_compile", "strategy", "map_freq",
-                  "backup_steps", "nan_recovery_attempts", "nan_recovery_lr_factor")
-
-
-def check_run_config(config, model_dir: str, overwrite: bool) -> None:
-    """Stops a re-run whose config differs from the run's <model_dir>/config.yaml.
-
-    Resuming with another model or recipe would fail later on shapes, or silently
-    train something else. Keys in RESUMABLE_KEYS may change (logged).
-
-    Raises:
-      FlagError listing the differing keys (old -> new) unless `overwrite`.
-    """
-    from absl import logging
-
-    from efficientdet_keras.config import Config, config_differences
-    path = os.path.join(model_dir, "config.yaml")
-    if not os.path.exists(path):
-        return
-    differences = config_differences(Config.from_yaml(path), config)
-    changes = ["%s %r -> %r" % (key, old, new) for key, (old, new) in differences.items()]
-    blocking = [change for key, change in zip(differences, changes) if key not in RESUMABLE_KEYS]
-    if blocking and not overwrite:
-        raise FlagError("%s was written by a run with another config: %s; resume with the same "
-                        "settings, use another --model_dir, or pass --overwrite_config"
-                        % (path, "; ".join(blocking)))
-    if changes:
-        logging.warning("Config of %s changed on this run: %s", path, "; ".join(changes))
-
-
-def train(config, train_source, val_source, val_json, strategy):
-    from efficientdet_keras.data.pipeline import InputPipeline
-    from efficientdet_keras.evaluation import COCOEvaluator
-    from efficientdet_keras.training.callbacks import get_callbacks, latest_backup_step
-    from efficientdet_keras.training.nan_guard import fit_with_nan_recovery
-    from efficientdet_keras.training.trainer import EfficientDetNetTrain
-
-    from efficientdet_keras.training.runtime import check_batch_divisible
-    check_batch_divisible(config.batch_size, strategy.num_replicas_in_sync)
-    examples = FLAGS.num_examples_per_epoch or count_examples(train_source)
-    steps_per_epoch = config.get("steps_per_epoch") if FLAGS.demo else None
-    steps_per_epoch = steps_per_epoch or max(1, examples // config.batch_size)
-    config.steps_per_epoch = steps_per_epoch
-    check_run_config(config, FLAGS.model_dir, FLAGS.overwrite_config)
-    from efficientdet_keras.training.workers import remove_write_dir, write_dir
-    config.save_yaml(write_dir(FLAGS.model_dir, strategy))
-
-    with strategy.scope():
-        if config.hub_module_url:
-            from efficientdet_keras.training.hub_trainer import EfficientDetNetTrainHub
-            model = EfficientDetNetTrainHub(config)
-        else:
-            model = EfficientDetNetTrain(config)
-        if FLAGS.pretrained_ckpt:
-            model.load_pretrained(FLAGS.pretrained_ckpt)  # EMA values; the average restarts there.
-        model.compile(steps_per_epoch=steps_per_epoch)
-
-    # A resumed run's pipeline starts at the backup's step: new order, no replayed batches.
-    train_pipeline = InputPipeline(config, train_source, is_training=True,
-                                   seed=FLAGS.tf_random_seed,
-                                   start_step=latest_backup_step(FLAGS.model_dir))
-    train_data = strategy.distribute_datasets_from_function(train_pipeline)
-    val_data = None
-    evaluator = None
-    if val_source is not None and FLAGS.mode == "traineval":
-        val_data = InputPipeline(config, val_source, is_training=False,
-                                 batch_size=config.batch_size)()
-        label_map = config.label_map if isinstance(config.label_map, dict) else None
-        evaluator = COCOEvaluator(val_json, label_map=label_map)
-        if FLAGS.eval_samples:
-            val_data = val_data.take(-(-FLAGS.eval_samples // config.batch_size))
-    callbacks = get_callbacks(config, FLAGS.model_dir, val_data, evaluator,
-                              eval_samples=FLAGS.eval_samples, display_images=FLAGS.eval_images,
-                              archive_keep=FLAGS.archive_keep,
-                              profile_batch=(2, 4) if FLAGS.profile else 0, strategy=strategy)
-    import tf_keras
-    callbacks.append(tf_keras.callbacks.LambdaCallback(  # The data report after every epoch.
-        on_epoch_end=lambda epoch, logs: train_pipeline.health.log_summary()))
-    print("Training %s for %d epochs of %d steps (batch %d, %d replica(s)) in %s"
-          % (config.name, config.num_epochs, steps_per_epoch, config.batch_size,
-             strategy.num_replicas_in_sync, FLAGS.model_dir))
+def train(config, train_source, val_source, val_json, strategy, demo: bool):
+    from efficientdet_keras.training.run import TrainingRun
+    run = TrainingRun(
+        config, FLAGS.model_dir, train_source,
+        val_source=val_source if FLAGS.mode == "traineval" else None, val_json=val_json,
+        strategy=strategy, pretrained_ckpt=FLAGS.pretrained_ckpt or None,
+        steps_per_epoch=config.get("steps_per_epoch") if demo else None,
+        num_examples_per_epoch=FLAGS.num_examples_per_epoch, eval_samples=FLAGS.eval_samples,
+        eval_images=FLAGS.eval_images, archive_keep=FLAGS.archive_keep, profile=FLAGS.profile,
+        seed=FLAGS.tf_random_seed, overwrite_config=FLAGS.overwrite_config)
     # A NaN or inf step ends the command with NonFiniteLossError's one line (a ValueError)
     # unless the config's nan_recovery_attempts allow rolling back to the backup.
-    try:
-        fit_with_nan_recovery(model, train_data, epochs=config.num_epochs,
-                              steps_per_epoch=steps_per_epoch, validation_data=val_data,
-                              callbacks=callbacks, verbose=1 if sys.stdout.isatty() else 2)
-        train_pipeline.health.log_summary()
-        report_results(callbacks)
-    finally:  # A non-chief worker's files were only there for the collective saves.
-        remove_write_dir(FLAGS.model_dir, strategy)
+    run.fit()
+    report_results(run.callbacks)
 
 
 def report_results(callbacks) -> None:
-    from efficientdet_keras.training.callbacks import CheckpointCallback, COCOCallback
+    from efficientdet_keras.training.checkpoint_callbacks import CheckpointCallback
+    from efficientdet_keras.training.coco_callback import COCOCallback
     coco = next((c for c in callbacks if isinstance(c, COCOCallback)), None)
     if coco is not None and coco.history:
         epoch = max(coco.history)
@@ -316,7 +229,7 @@ def train_or_evaluate():
         if FLAGS.mode == "eval":
             continuous_eval(config, val_source, val_json)
         else:
-            train(config, train_source, val_source, val_json, strategy)
+            train(config, train_source, val_source, val_json, strategy, FLAGS.demo)
 
 
 def run():

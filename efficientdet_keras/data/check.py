@@ -288,7 +288,7 @@ def plot_box_sizes(scan: DatasetScan, config, path: str) -> Optional[str]:
         logging.warning("matplotlib is not installed: the box size chart %s is skipped (pip "
                         "install 'efficientdet_keras[reports]' to get it)", path)
         return None
-    from efficientdet_keras.reports.plots import new_figure, save_figure
+    from efficientdet_keras.utils.figures import new_figure, save_figure
     boxes = matching_boxes(scan, config)
     heights, widths = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
     anchors = anchor_sizes(AnchorSettings.from_config(config))

@@ -49,7 +49,7 @@ def attempt(fn: Callable, value, fallback):
     corrupt image bytes, bytes that are not a tf.Example): graph ops only.
 
     fn runs in a one-element nested tf.data pipeline whose errors ignore_errors()
-    drops (about 0.3 ms per call); fallback must have fn's structure and dtypes.
+    drops, a small cost per call; fallback must have fn's structure and dtypes.
     """
     def tried(x):
         return fn(x), tf.constant(True)

@@ -18,7 +18,7 @@ Two different ids of one dataset that map to the same number (e.g. "0123" and
 """
 
 import re
-from typing import Iterable, Union
+from typing import Union
 
 import numpy as np
 
@@ -66,8 +66,3 @@ def image_id_to_int64_graph(source_id):
     number = tf.where(length <= 18, head, head * 10 + last)
     hashed = tf.strings.to_hash_bucket_fast(source_id, INT64_MAX)
     return tf.where(tf.logical_and(digits, fits), number, hashed)
-
-
-def image_ids_to_int64(image_ids: Iterable[ImageId]) -> np.ndarray:
-    """`image_id_to_int64` of each id, as an int64 array `[N]`."""
-    return np.array([image_id_to_int64(i) for i in image_ids], np.int64).reshape(-1)

@@ -3,7 +3,7 @@
 Plain TensorFlow ops (no tensorflow-addons), graph-mode safe, for images of any size:
 - colour ops on uint8 [H, W, 3] images: autocontrast, equalize, posterize, solarize,
   solarize_add, color, contrast, brightness, sharpness, cutout (PIL's definitions);
-- affine ops (rotate, shear_x/y, translate) on uint8 or float [H, W, C] images, built on
+- affine ops (rotate, shear, translate) on uint8 or float [H, W, C] images, built on
   tf.raw_ops.ImageProjectiveTransformV3 (the op keras preprocessing layers use), with
   `transform_boxes` moving normalised boxes the same way (the new box is the bounding box of
   the four transformed corners, clipped to the image);
@@ -215,10 +215,6 @@ def rotate(image: tf.Tensor, degrees, fill_value=FILL_VALUE) -> tf.Tensor:
 
 def shear_x(image: tf.Tensor, level, fill_value=FILL_VALUE) -> tf.Tensor:
     return transform(image, shear_x_matrix(level), fill_value)
-
-
-def shear_y(image: tf.Tensor, level, fill_value=FILL_VALUE) -> tf.Tensor:
-    return transform(image, shear_y_matrix(level), fill_value)
 
 
 def translate(image: tf.Tensor, dx, dy, fill_value=FILL_VALUE) -> tf.Tensor:

@@ -1,6 +1,6 @@
 """Training and evaluation input pipelines (tf.data), from any data source.
 
-    source = TFRecordSource("data/train-*.tfrecord")      # or CocoSource, VocSource
+    source = TFRecordSource("data/train-*.tfrecord")      # or CocoSource, RecordsSource (data.sources)
     pipeline = InputPipeline(config, source, is_training=True, seed=1)
     dataset = pipeline()                                   # or strategy.distribute_datasets_from_function(pipeline)
 
@@ -14,116 +14,28 @@ Each element is `(images, labels)`:
     groundtruth_area float32 (original pixels^2).
 """
 
-import collections
-from typing import Optional, Sequence
+from typing import Optional
 
 import tensorflow as tf
 
-from efficientdet_keras.detection.anchors import AnchorLabeler
-from efficientdet_keras.data import augment, autoaugment, gridmask, mixing
+from efficientdet_keras.data import mixing
 from efficientdet_keras.data.decode import DataHealth, decode_and_clean
-from efficientdet_keras.data.records import (ImageRecord, list_files, load_coco_records,
-                                             raw_dataset_from_records,
-                                             raw_dataset_from_tfrecord_file)
-from efficientdet_keras.config.precision import policy_from_config
+from efficientdet_keras.data.example_transforms import ExampleTransforms, op_seed
+from efficientdet_keras.data.sources import describe_source
 
 # Records read ahead and mixed by the training shuffle.
 SHUFFLE_BUFFER = 1024
 # A resumed pipeline's order seed is seed + this x start_step (+ pipeline id): more than any
 # number of input pipelines, so no two (start step, pipeline) pairs share a seed.
 _START_STEP_SEED_STRIDE = 1_000_003
-# Each augmentation after flip and jitter folds its own number into the element's seed.
-_OP_SEED_SALTS = {"policy": 1, "grid_mask": 2, "mosaic": 3, "mixup": 4}
 # An image count no pipeline reaches: mosaic never closes.
 _NEVER = 2 ** 62
-
-
-class TFRecordSource:
-    """TFRecord files in the Object Detection API layout (patterns or lists of patterns)."""
-
-    def __init__(self, file_patterns):
-        self.files = list_files(file_patterns)
-        # Sizes tell a truncated file from a complete one (see raw_dataset_from_tfrecord_file).
-        self.file_sizes = [tf.io.gfile.stat(path).length for path in self.files]
-
-    def raw_dataset(self, input_context: Optional[tf.distribute.InputContext], shuffle: bool,
-                    seed: Optional[int]) -> tf.data.Dataset:
-        files = tf.data.Dataset.from_tensor_slices(
-            (self.files, tf.constant(self.file_sizes, tf.int64)))
-        sharded_by_file = input_context is not None and \
-            len(self.files) >= input_context.num_input_pipelines
-        if sharded_by_file:
-            files = files.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-        if shuffle:
-            files = files.shuffle(len(self.files), seed=seed)
-        records = files.interleave(raw_dataset_from_tfrecord_file,
-                                   cycle_length=min(len(self.files), 8),
-                                   num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        if input_context is not None and not sharded_by_file:
-            records = records.shard(input_context.num_input_pipelines,
-                                    input_context.input_pipeline_id)
-        return records
-
-
-class RecordsSource:
-    """Images on disk described by ImageRecords (COCO JSON, Pascal VOC, synthetic)."""
-
-    def __init__(self, records: Sequence[ImageRecord]):
-        if not records:
-            raise ValueError("The data source holds no images")
-        self.records = list(records)
-
-    def raw_dataset(self, input_context: Optional[tf.distribute.InputContext], shuffle: bool,
-                    seed: Optional[int]) -> tf.data.Dataset:
-        dataset = raw_dataset_from_records(self.records)
-        if input_context is not None:
-            dataset = dataset.shard(input_context.num_input_pipelines,
-                                    input_context.input_pipeline_id)
-        return dataset
-
-
-class CocoSource(RecordsSource):
-    """A COCO instances JSON plus its image folder, read directly (no conversion step)."""
-
-    def __init__(self, annotation_file: str, image_dir: str):
-        self.skipped = collections.Counter()  # Entries left out, by kind (for the data report).
-        super().__init__(load_coco_records(annotation_file, image_dir, self.skipped))
-        self.annotation_file = annotation_file
-
-
-def make_source(file_pattern: str = None, coco_json: str = None, image_dir: str = None):
-    """The source for the flags users give: TFRecord patterns, or COCO JSON + images."""
-    if file_pattern:
-        return TFRecordSource(file_pattern)
-    if coco_json:
-        if not image_dir:
-            raise ValueError("COCO JSON input %s needs an image directory" % coco_json)
-        return CocoSource(coco_json, image_dir)
-    raise ValueError("No input data: give a TFRecord file pattern or a COCO JSON with images")
-
-
-def describe_source(source) -> str:
-    """Names a data source in messages: its files, COCO JSON or first image."""
-    if hasattr(source, "files"):
-        shown = source.files[:3] + (["..."] if len(source.files) > 3 else [])
-        return "TFRecord files %s" % ", ".join(shown)
-    if hasattr(source, "annotation_file"):
-        return "COCO JSON %s" % source.annotation_file
-    if getattr(source, "records", None):
-        return "%d images such as %s" % (len(source.records), source.records[0].path)
-    return type(source).__name__
-
-
-def _op_seed(seed: Optional[int], index: tf.Tensor, op: str) -> tf.Tensor:
-    """The stateless seed pair of augmentation `op` for the element numbered `index`."""
-    base = tf.stack([tf.constant(seed or 0, tf.int64), tf.cast(index, tf.int64)])
-    return tf.random.experimental.stateless_fold_in(base, _OP_SEED_SALTS[op])
 
 
 def _mosaic_seeds(seed: Optional[int], index: tf.Tensor) -> tf.Tensor:
     """[2, 2]: the seeds of the mosaic draw and of the centre for a group whose first image
     is numbered `index`."""
-    return tf.random.experimental.stateless_split(_op_seed(seed, index, "mosaic"), 2)
+    return tf.random.experimental.stateless_split(op_seed(seed, index, "mosaic"), 2)
 
 
 def _mosaic_fields(example):
@@ -156,7 +68,8 @@ class InputPipeline:
     Args:
       config: the model config (image_size, levels, anchors, augmentation, normalisation,
         num_classes, max_instances_per_image, mixed_precision, batch_size).
-      source: TFRecordSource, CocoSource, VocSource or any object with `raw_dataset`.
+      source: a `data.sources` source (TFRecordSource, CocoSource, RecordsSource) or any
+        object with `raw_dataset`.
       is_training: shuffle, repeat, augment and drop the last partial batch; otherwise
         one pass, aspect-preserving resize and pad. Training order: [mosaic of four
         (`mosaic`)] -> flip (`input_rand_hflip`) -> AutoAugment / RandAugment
@@ -193,8 +106,7 @@ class InputPipeline:
         self.health = health or DataHealth()
         self.health.source_problems.update(getattr(source, "skipped", {}))
         self.image_size = tuple(config.image_size)
-        self.labeler = AnchorLabeler(config, self.image_size)
-        self.compute_dtype = policy_from_config(config).compute_dtype
+        self.transforms = ExampleTransforms(config, is_training, seed)
 
     def __call__(self, input_context: Optional[tf.distribute.InputContext] = None) -> tf.data.Dataset:
         return self.dataset(input_context)
@@ -236,7 +148,8 @@ class InputPipeline:
         if self.is_training and config.mixup > 0:
             dataset = self._augment_and_mixup(dataset, number)
         else:
-            dataset = dataset.map(lambda index, example: self._prepare(number(index), example),
+            prepare = self.transforms.prepare
+            dataset = dataset.map(lambda index, example: prepare(number(index), example),
                                   num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         dataset = dataset.batch(batch_size, drop_remainder=self.is_training)
         options = tf.data.Options()
@@ -260,11 +173,6 @@ class InputPipeline:
         nothing_good = tf.data.Dataset.from_tensors(0).filter(
             lambda _: tf.equal(self.health.good_records(), 0))
         return nothing_good.map(fail)
-
-    def _normalize(self, image: tf.Tensor) -> tf.Tensor:
-        mean = tf.constant(self.config.mean_rgb, tf.float32)
-        stddev = tf.constant(self.config.stddev_rgb, tf.float32)
-        return (image - mean) / stddev
 
     def _images_before_step(self, step: int, num_pipelines: int) -> int:
         """Images one input pipeline emits for the training steps before `step`."""
@@ -332,7 +240,7 @@ class InputPipeline:
         max_instances = self.config.max_instances_per_image
         augmented = dataset.map(
             lambda index, example: (number(index), mixing.pad_instances(
-                self._augment(number(index), example), max_instances)),
+                self.transforms.augment(number(index), example), max_instances)),
             num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         nothing_before = tf.nest.map_structure(lambda spec: tf.zeros(spec.shape, spec.dtype),
                                                augmented.element_spec[1])
@@ -347,7 +255,7 @@ class InputPipeline:
                          deterministic=True)
 
     def _maybe_mixup_and_label(self, index, example, previous, has_previous):
-        seed = _op_seed(self.seed, index, "mixup")
+        seed = op_seed(self.seed, index, "mixup")
         draw_seed, weight_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
         use = tf.logical_and(has_previous,
                              tf.random.stateless_uniform([], draw_seed) < self.config.mixup)
@@ -355,87 +263,4 @@ class InputPipeline:
         example = tf.cond(use, lambda: mixing.mixup(example, previous, weight,
                                                     self.config.max_instances_per_image),
                           lambda: example)
-        return self._label(mixing.unpad_instances(example))
-
-    def _prepare(self, index: tf.Tensor, example):
-        """Augments, resizes, normalises and labels one decoded example.
-
-        `index` (int64 scalar) with the seed picks the augmentation draws.
-        """
-        return self._label(self._augment(index, example))
-
-    def _augment(self, index: tf.Tensor, example):
-        """One decoded example, augmented (training only), resized and normalised.
-
-        Returns:
-          image float32 [H, W, 3] at the input size; boxes [N, 4] in input pixels (training
-          drops those the crop emptied), classes, is_crowd, area [N]; image_scale (original
-          pixels per input pixel); image_id.
-        """
-        config = self.config
-        image, boxes = example["image"], example["boxes"]
-        if self.is_training:
-            # Flip and jitter keep the draws they always had; later options fold in their own.
-            seeds = tf.random.experimental.stateless_split(
-                tf.stack([tf.constant(self.seed or 0, tf.int64), index]), 2)
-            if config.input_rand_hflip:
-                image, boxes = augment.random_horizontal_flip(image, boxes, seeds[0])
-            image, boxes = self._autoaugment(image, boxes, _op_seed(self.seed, index, "policy"))
-            scale_range = (config.jitter_min, config.jitter_max)
-        else:
-            seeds, scale_range = [None, None], (1.0, 1.0)
-        image, boxes, image_scale, _ = augment.resize_crop_pad(
-            image, boxes, self.image_size, scale_range, seeds[1], normalize=self._normalize)
-        instances = {key: example[key] for key in mixing.INSTANCE_KEYS}
-        instances["boxes"] = boxes
-        if self.is_training:
-            if config.grid_mask:
-                image = gridmask.grid_mask(image, _op_seed(self.seed, index, "grid_mask"))
-            # Objects the crop cut away are gone.
-            keep = augment.non_empty_boxes(boxes)
-            instances = {key: tf.boolean_mask(value, keep) for key, value in instances.items()}
-        return dict(instances, image=image, image_scale=image_scale,
-                    image_id=example["image_id"])
-
-    def _autoaugment(self, image, boxes, seed):
-        """The config's AutoAugment policy or RandAugment on the uint8 image (or neither)."""
-        policy = self.config.autoaugment_policy
-        if not policy:
-            return image, boxes
-        if policy == "randaug":
-            return autoaugment.distort_image_with_randaugment(
-                image, boxes, self.config.randaugment_num_layers,
-                self.config.randaugment_magnitude, seed)
-        return autoaugment.distort_image_with_autoaugment(image, boxes, policy, seed)
-
-    def _label(self, example):
-        """Anchor targets and padded ground truth for one augmented example (see _augment)."""
-        config = self.config
-        boxes, classes = example["boxes"], example["classes"]
-        is_crowd, area = example["is_crowd"], example["area"]
-        # Crowd boxes are never positives; with skip_crowd_during_training the
-        # anchors inside them are ignored, otherwise they are ordinary objects.
-        ignore = is_crowd if config.skip_crowd_during_training else tf.zeros_like(is_crowd)
-        class_targets, box_targets, num_positives = self.labeler.label(boxes, classes, ignore)
-
-        labels = {"num_positives": num_positives, "source_ids": example["image_id"],
-                  "image_scales": example["image_scale"]}
-        for level in class_targets:
-            labels["class_targets_%d" % level] = class_targets[level]
-            labels["box_targets_%d" % level] = box_targets[level]
-        labels.update(self._pad_groundtruth(boxes, classes, is_crowd, area))
-        return tf.cast(example["image"], self.compute_dtype), labels
-
-    def _pad_groundtruth(self, boxes, classes, is_crowd, area):
-        max_instances = self.config.max_instances_per_image
-        pad = max_instances - tf.shape(classes)[0]
-
-        def padded(tensor, value, inner=()):
-            paddings = [[0, pad]] + [[0, 0]] * len(inner)
-            return tf.ensure_shape(tf.pad(tensor, paddings, constant_values=value),
-                                   (max_instances,) + tuple(inner))
-
-        return {"groundtruth_boxes": padded(boxes, 0.0, (4,)),
-                "groundtruth_classes": padded(classes, -1),
-                "groundtruth_is_crowd": padded(is_crowd, False),
-                "groundtruth_area": padded(area, 0.0)}
+        return self.transforms.label(mixing.unpad_instances(example))

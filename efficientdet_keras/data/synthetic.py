@@ -1,6 +1,7 @@
 """A built-in synthetic detection dataset: coloured shapes on textured backgrounds.
 
-(`ShapeStyle` lets another dataset reuse the drawing and writing: data/synthetic_glyphs.py.)
+(`ShapeStyle` lets another dataset reuse the drawing and writing: the short-run benchmark's
+striped glyphs, benchmarks/synthetic_glyphs.py in the repository, are one.)
 
 Four classes (circle, square, triangle, cross) are drawn with pure numpy onto a
 smooth colour gradient with faint texture, noise, lines and blobs. Colours are
@@ -9,7 +10,7 @@ is deterministic given the seed: image `i` is drawn from its own generator
 seeded with (seed, image_id), so train and val never share an image.
 
 `write_synthetic_dataset` writes JPEG folders, COCO instances JSON and
-TFRecords (the layouts of `data.records`), and reuses a complete dataset
+TFRecords (the layouts of `data.coco_json` and `data.tf_example`), and reuses a complete dataset
 already written with the same parameters (see `manifest.json`).
 """
 
@@ -22,7 +23,8 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple, Union
 import numpy as np
 import tensorflow as tf
 
-from efficientdet_keras.data.records import ImageRecord, records_to_coco
+from efficientdet_keras.data.coco_json import records_to_coco
+from efficientdet_keras.data.records import ImageRecord
 from efficientdet_keras.data.tfrecord_writer import write_tfrecords
 from efficientdet_keras.utils.fileio import (write_bytes_atomically, write_json_atomically,
                                        write_text_atomically)
@@ -151,7 +153,7 @@ def _too_close(box: np.ndarray, boxes: List[np.ndarray]) -> bool:
     return False
 
 
-def _contrasting_color(rng: np.random.Generator, under: np.ndarray, tries: int = 20) -> np.ndarray:
+def contrasting_color(rng: np.random.Generator, under: np.ndarray, tries: int = 20) -> np.ndarray:
     """A random colour (independent of the class) far from every pixel in `under` [K, 3].
 
     Falls back to the best of `tries` candidates when none reaches MIN_CONTRAST.
@@ -170,7 +172,7 @@ def _contrasting_color(rng: np.random.Generator, under: np.ndarray, tries: int =
 def solid_fill(rng: np.random.Generator, under: np.ndarray, size: int) -> np.ndarray:
     """One colour for a whole shape, contrasting with the pixels `under` it: float32 [3]."""
     del size
-    return _contrasting_color(rng, under)
+    return contrasting_color(rng, under)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -346,8 +348,9 @@ def write_synthetic_dataset(out_dir: str, num_train: int = 1000, num_val: int = 
       image_size: an int (square) or (height, width).
       seed: a non-negative int; the same seed gives byte-identical JSON and images.
       num_shards: TFRecord files per split (examples are dealt round-robin).
-      show_progress: progress bars while writing (1,000 images take about 11 s).
-      style: what to draw: SHAPES (the demo's) or e.g. synthetic_glyphs.GLYPHS.
+      show_progress: progress bars while writing (a large dataset takes a while).
+      style: what to draw: SHAPES (the demo's) or another ShapeStyle (e.g. the glyphs of
+        benchmarks/synthetic_glyphs.py).
     """
     height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
     height, width = int(height), int(width)

@@ -214,9 +214,8 @@ class DetectionLoss:
             self.anchors = tf.constant(Anchors(config, image_size or config.image_size).boxes)
 
     def __call__(self, labels, class_outputs, box_outputs):
-        # All levels as one row of anchors (one per position, A = 1), so each loss runs once
-        # instead of once per level: the same sum, and 758 fewer ops in D0's training step
-        # (256 px batch 4), each loss and its gradient no longer five times.
+        # All levels as one row of anchors (one per position, A = 1), so each loss and its
+        # gradient run once instead of once per level: the same sum in far fewer ops.
         num_positives = labels["num_positives"]
         class_targets = concat_levels(
             [labels["class_targets_%d" % level] for level in self.levels], 1)

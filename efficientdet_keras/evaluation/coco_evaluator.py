@@ -22,10 +22,9 @@ import io
 from typing import Dict, List, Mapping, Optional
 
 import numpy as np
-from absl import logging
 
 from efficientdet_keras.data.image_ids import ImageId, image_id_to_int64
-from efficientdet_keras.data.records import coco_image_ids, read_coco_json
+from efficientdet_keras.data.coco_json import coco_image_ids, read_coco_json
 from efficientdet_keras.evaluation.id_check import check_ids_match
 from efficientdet_keras.detection.postprocess import CocoRows, Detections, to_coco_rows
 
@@ -297,8 +296,3 @@ def gather_across_replicas(strategy, value):
     """
     import tensorflow as tf
     return tf.nest.map_structure(lambda v: strategy.gather(v, axis=0), value)
-
-
-def log_metrics(metrics: Mapping[str, float]) -> None:
-    logging.info("COCO: %s", ", ".join("%s=%.4f" % (k, metrics[k]) for k in METRIC_NAMES
-                                       if k in metrics))

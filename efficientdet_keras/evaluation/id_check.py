@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from efficientdet_keras.data.image_ids import ImageId, image_id_to_int64
-from efficientdet_keras.data.records import coco_image_ids, read_coco_json
+from efficientdet_keras.data.coco_json import coco_image_ids, read_coco_json
 
 # How many ids of each side an error message shows.
 _SHOWN = 3

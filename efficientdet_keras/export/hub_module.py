@@ -9,7 +9,6 @@ It exposes `variables`, `trainable_variables` and `regularization_losses`, so
 the training flag.
 """
 
-import contextlib
 import os
 import shutil
 
@@ -17,7 +16,8 @@ import tensorflow as tf
 
 from efficientdet_keras.checkpoint import ensure_built, variable_name
 from efficientdet_keras.utils.fileio import fsync_tree
-from efficientdet_keras.optimization import strip_for_export
+from efficientdet_keras.export.strip import strip_for_export
+from efficientdet_keras.model.weights import averaged_weights
 
 _PREDICTION_LAYERS = ("class_net/class-predict/", "box_net/box-predict/")
 
@@ -55,8 +55,7 @@ def export_feature_module(model, export_dir: str) -> str:
     """
     ensure_built(model)  # Variables must exist before tracing, to be saved with it.
     model = strip_for_export(model)
-    ema = getattr(model, "ema", None)
-    with ema.swapped_in() if ema is not None else contextlib.nullcontext():
+    with averaged_weights(model):
         module = FeatureModule(model)
         spec = tf.TensorSpec([None, None, None, 3], tf.float32)
         for training in (False, True):

@@ -26,8 +26,8 @@ from efficientdet_keras.detection.postprocess import flatten_outputs
 RAW_TOLERANCE = 1e-4
 BOX_TOLERANCE_PIXELS = 1.0
 SCORE_THRESHOLD = 0.3
-# Max abs score error of a quantized .tflite vs float32 that the checks accept (measured,
-# see the README's parity section).
+# Max abs score error of a quantized .tflite vs float32 that the checks accept (the README's
+# parity section has the errors seen on trained models).
 QUANTIZED_SCORE_TOLERANCE = {"float16": 0.05, "int8": 0.25}
 NUM_CHECK_IMAGES = 4
 # Detections this close to the score threshold may fall on either side of it.
@@ -93,7 +93,7 @@ def raw_parity(model, tflite_path: str, images: Sequence[np.ndarray],
 def saved_model_detect(model) -> Callable[[np.ndarray], Dict[str, np.ndarray]]:
     """The detection SavedModel's serving_default function (export/saved_model.py) for
     `model`, with hard NMS as the TFLite op does: uint8 [h, w, 3] -> its outputs, batch 1."""
-    from efficientdet_keras.export.saved_model import DetectionModule
+    from efficientdet_keras.inference.serving_graph import DetectionModule
     config = model.config.copy()
     config.override({"nms_configs": {"method": "hard"}})
     module = DetectionModule(model, config)
@@ -238,12 +238,12 @@ def standard_checks(model, tflite_path: str, images: Sequence[np.ndarray]) -> Li
     """The checks for the kind of `tflite_path` (its sidecar): float32 raw -> raw_parity,
     float32 detections -> detection_parity, float16 and int8 -> quantized_error with
     QUANTIZED_SCORE_TOLERANCE. The model's EMA weights are swapped in, as the export did."""
-    from efficientdet_keras.optimization import strip_for_export
-    from efficientdet_keras.training.callbacks import ema_weights
+    from efficientdet_keras.export.strip import strip_for_export
+    from efficientdet_keras.model.weights import averaged_weights
     from efficientdet_keras.inference.tflite_runner import read_sidecar
     info = read_sidecar(tflite_path)
     model = strip_for_export(model)
-    with ema_weights(model):
+    with averaged_weights(model):
         if info["quantization"] != "float32":
             return [quantized_error(model, tflite_path, images,
                                     QUANTIZED_SCORE_TOLERANCE[info["quantization"]])]

@@ -14,8 +14,8 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 import tensorflow as tf
 
-from efficientdet_keras.export.saved_model import (LABEL_MAP_FILE, DetectionModule,
-                                                   preprocess_image)
+from efficientdet_keras.inference.serving_graph import (LABEL_MAP_FILE, DetectionModule,
+                                                        preprocess_image)
 from efficientdet_keras.inference.images import group_by_shape
 from efficientdet_keras.inference.results import RawOutputs
 

@@ -176,7 +176,7 @@ def timed_runs(fn, runs: int, warmup: int):
 
 
 def _keras_backend(config, ckpt: str, description: str):
-    from efficientdet_keras.export.saved_model import inference_network
+    from efficientdet_keras.inference.serving_graph import inference_network
     from efficientdet_keras.inference.backends import KerasBackend
     model = inference_network(loading.restore_model(config, ckpt, use_ema=None))
     return KerasBackend(model, config, description)

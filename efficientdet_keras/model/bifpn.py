@@ -63,9 +63,8 @@ def upsample_nearest(x: tf.Tensor, factor: int, target_height, target_width) -> 
     For one pyramid level (factor 2, target = source * 2 or one less) this equals
     the released models' resize (no half-pixel centres). One tile of a 6-D view copies
     each pixel to a factor x factor block, and its gradient (one reduction) also compiles
-    with XLA. Two tf.repeat calls, before, took about 80 ops per upsampling: with their
-    gradients, about 1,200 of the 18,630 ops of D0's training step. (tf.broadcast_to instead of
-    the tile made the .tflite 15% slower: XNNPACK does not take BROADCAST_TO.)
+    with XLA; tf.repeat would take many more ops per upsampling, forward and backward. A tile
+    rather than tf.broadcast_to, because XNNPACK does not take BROADCAST_TO in a .tflite.
     """
     batch, height, width, channels = _dimensions(x)
     x = tf.reshape(x, [batch, height, 1, width, 1, channels])
@@ -203,8 +202,8 @@ class FusionNodeLayer(keras.layers.Layer):
             return tf.reduce_sum(tf.stack(nodes, axis=-1) * normalised, axis=-1)
         weights = [tf.nn.relu(w) for w in weights]  # fastattn and channel_fastattn.
         total = tf.add_n(weights) + _FUSION_EPSILON
-        # The weights are normalised before they meet the maps: one product per map, where
-        # (node * w) / total took two, and the gradient of a map-sized division.
+        # The weights are normalised before they meet the maps: one product per map, and no
+        # map-sized division (nor its gradient), as (node * w) / total would need.
         return self.pairwise_sum([node * (w / total) for node, w in zip(nodes, weights)])
 
     def pairwise_sum(self, nodes: List[tf.Tensor]) -> tf.Tensor:

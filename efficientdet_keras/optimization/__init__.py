@@ -9,33 +9,12 @@ The network is subclassed, and tfmot's whole-model functions only take Sequentia
 functional models, so each convolution is wrapped where it is built (`wrap_layer`).
 The wrapper takes the wrapped layer's own name, so the variable names stay those of the
 released checkpoints; what the wrappers add (masks, quantization ranges, step counters)
-is listed by `wrapper_state_variables` and is not looked for in released checkpoints.
+is listed by `checkpoint.wrapper_state_variables` and is not looked for in released checkpoints.
 
-This package imports neither TensorFlow nor tfmot at import time: config.py uses
-`check_settings`.
+The settings' defaults and checks are in config/optimization_settings.py. This package
+imports neither TensorFlow nor tfmot at import time: tfmot, slow to import, loads only for
+a config that asks for an optimization.
 """
-
-from typing import Any, Mapping, Set
-
-OPTIMIZATIONS = ("prune", "quantize")
-
-
-def check_settings(settings: Mapping[str, Any]) -> None:
-    """Raises ValueError naming the key when `model_optimizations` is not usable."""
-    if not isinstance(settings, Mapping):
-        raise ValueError("model_optimizations must be a dict with a 'prune' or 'quantize' "
-                         "entry, got %r" % (settings,))
-    unknown = sorted(set(settings) - set(OPTIMIZATIONS))
-    if unknown:
-        raise ValueError("model_optimizations: unknown entry %s; known: %s"
-                         % (", ".join(map(repr, unknown)), ", ".join(OPTIMIZATIONS)))
-    if len(settings) > 1:
-        raise ValueError("model_optimizations: choose one of prune and quantize, not both")
-    for kind, values in settings.items():
-        if values is not None and not isinstance(values, Mapping):
-            raise ValueError("model_optimizations.%s must be a dict of settings (or {}), got %r"
-                             % (kind, values))
-        _module(kind).check_settings(dict(values or {}))
 
 
 def wrap_layer(layer, config):
@@ -43,7 +22,7 @@ def wrap_layer(layer, config):
     settings = config.get("model_optimizations") or {}
     if not settings:
         return layer
-    (kind, values), = settings.items()  # check_settings allows one.
+    (kind, values), = settings.items()  # validate_config allows one.
     return _module(kind).wrap_layer(layer, dict(values or {}))
 
 
@@ -65,27 +44,6 @@ def is_pruning(config) -> bool:
 def is_quantization_aware(config) -> bool:
     """Whether the config asks for quantization-aware training (model_optimizations.quantize)."""
     return "quantize" in (config.get("model_optimizations") or {})
-
-
-def strip_for_export(model):
-    """What the exporters write: for a pruned model, the plain network with its masked
-    (EMA) weights, the measured sparsity logged (pruning_keras.strip_pruning); any other
-    model unchanged."""
-    if not is_pruning(model.config):
-        return model
-    from efficientdet_keras.optimization import pruning_keras
-    return pruning_keras.strip_and_report(model)[0]
-
-
-def wrapper_state_variables(model) -> Set[int]:
-    """ids of the variables the tfmot wrappers add (not in any released checkpoint)."""
-    import tf_keras as keras  # Here, so that config checks do not import TensorFlow.
-    ids = set()
-    for layer in model.submodules:
-        if isinstance(layer, keras.layers.Wrapper):
-            inner = {id(v) for v in layer.layer.variables}
-            ids.update(id(v) for v in layer.variables if id(v) not in inner)
-    return ids
 
 
 def _module(kind: str):

@@ -1,6 +1,5 @@
 """The Keras side of pruning: tfmot's wrapper under the layer's own name, the per-step mask
-update, the training callbacks for a subclassed model, and stripping with the measured
-sparsity.
+update, the training callbacks for a subclassed model, and measuring sparsity.
 
 tfmot's wrapper counts its own calls as training steps and updates its masks in every
 call; EfficientDet's heads call their convs once per level, and tfmot's callbacks find
@@ -11,11 +10,10 @@ through `model.submodules`.
 
 After an optimizer step the pruned entries of a kernel are no longer zero (the next step
 masks them again), and its moving average (EMA) never is exactly sparse: `PruningStep`
-masks both at each epoch end, before evaluation and checkpoints, and `strip_pruning` masks
-what is exported.
+masks both at each epoch end, before evaluation and checkpoints, and the exporters' stripping
+(export/strip.py) masks what is exported.
 """
 
-import contextlib
 import dataclasses
 import re
 from typing import Dict, List, Optional, Tuple
@@ -23,7 +21,6 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 import tf_keras as keras
-from absl import logging
 from tensorflow_model_optimization.python.core.sparsity.keras import (pruning_callbacks,
                                                                       pruning_schedule,
                                                                       pruning_wrapper)
@@ -218,37 +215,3 @@ def measure_sparsity(model, names: Optional[List[str]] = None) -> SparsityReport
     return SparsityReport({variable_name(kernel): (int(np.sum(kernel.numpy() == 0)),
                                                    int(np.prod(kernel.shape)))
                            for kernel in kernels})
-
-
-def strip_pruning(model):
-    """The plain network (no wrappers) holding the pruned model's masked weights.
-
-    Takes the EMA weights when the model keeps an average, multiplied by the masks (the
-    average of a pruned kernel is not exactly sparse). The result is an EfficientDetNet
-    with the config minus model_optimizations, ready for any exporter.
-
-    Returns:
-      (plain model, SparsityReport measured on the plain model's weights).
-    """
-    from efficientdet_keras.model import EfficientDetNet  # The model package imports this one.
-    config = model.config.copy()
-    config.model_optimizations = {}
-    plain = EfficientDetNet(config=config)
-    plain.build_variables()
-    kernels = pruned_kernels(model)
-    masks = {id(kernel): mask for kernel, mask in kernels}
-    ema = getattr(model, "ema", None)
-    with ema.swapped_in() if ema is not None else contextlib.nullcontext():
-        values = {variable_name(v): v * masks[id(v)] if id(v) in masks else tf.identity(v)
-                  for v in model.variables}
-    for variable in plain.variables:
-        variable.assign(values[variable_name(variable)])
-    return plain, measure_sparsity(plain, [variable_name(kernel) for kernel, _ in kernels])
-
-
-def strip_and_report(model):
-    """`strip_pruning`, logging the measured sparsity (overall, then per kernel)."""
-    plain, report = strip_pruning(model)
-    logging.info("Exporting the pruned model: %s", report.summary())
-    logging.info("Zeros per pruned kernel: %s", report.per_kernel())
-    return plain, report

@@ -24,12 +24,12 @@ convolution before it and fuses relu/relu6 into it):
     by moving averages.
 Every wrapper takes the wrapped layer's name, so the released variable names are kept;
 the wrappers' own variables (`<layer>/kernel_min`, `<layer>/output_max`,
-`<layer>/optimizer_step`, ...) are wrapper state (see `optimization.wrapper_state_variables`).
+`<layer>/optimizer_step`, ...) are wrapper state (see `checkpoint.wrapper_state_variables`).
 tfmot 0.8's wrappers quantize from the first step (no quantization delay): fine-tune a
 float checkpoint.
 """
 
-from typing import Any, Dict, List, Mapping
+from typing import Any, List, Mapping
 
 import tensorflow as tf
 import tf_keras as keras
@@ -37,33 +37,16 @@ import tensorflow_model_optimization as tfmot
 # MovingAvgQuantize is not in tfmot's public API; its decay is fixed in MovingAverageQuantizer.
 from tensorflow_model_optimization.python.core.quantization.keras import quant_ops
 
+from efficientdet_keras.config.optimization_settings import (QUANTIZE_DEFAULTS,
+                                                             quantize_settings_with_defaults)
+
 QuantizeConfig = tfmot.quantization.keras.QuantizeConfig
 QuantizeWrapperV2 = tfmot.quantization.keras.QuantizeWrapperV2
 LastValueQuantizer = tfmot.quantization.keras.quantizers.LastValueQuantizer
 MovingAverageQuantizer = tfmot.quantization.keras.quantizers.MovingAverageQuantizer
 
-DEFAULT_SETTINGS = {"per_channel": True, "range_decay": 0.999}
 NUM_BITS = 8
-
-
-def check_settings(settings: Dict[str, Any]) -> None:
-    """Raises ValueError naming the key when `model_optimizations.quantize` is not usable."""
-    unknown = sorted(set(settings) - set(DEFAULT_SETTINGS))
-    if unknown:
-        raise ValueError("model_optimizations.quantize: unknown key %s; known: %s"
-                         % (", ".join(map(repr, unknown)), ", ".join(DEFAULT_SETTINGS)))
-    if not isinstance(settings.get("per_channel", True), bool):
-        raise ValueError("model_optimizations.quantize.per_channel must be true or false, got %r"
-                         % (settings["per_channel"],))
-    decay = settings.get("range_decay", DEFAULT_SETTINGS["range_decay"])
-    if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0.0 <= decay < 1.0:
-        raise ValueError("model_optimizations.quantize.range_decay must be in [0, 1), got %r"
-                         % (decay,))
-
-
-def full_settings(settings: Mapping[str, Any]) -> Dict[str, Any]:
-    """The settings with their defaults filled in."""
-    return dict(DEFAULT_SETTINGS, **dict(settings or {}))
+_DEFAULT_RANGE_DECAY = QUANTIZE_DEFAULTS["range_decay"]
 
 
 class DepthwiseKernelQuantizer(LastValueQuantizer):
@@ -114,7 +97,7 @@ class KernelQuantizer(LastValueQuantizer):
 class ActivationRangeQuantizer(MovingAverageQuantizer):
     """Asymmetric int8 quantizer of an activation, its range a moving average with `decay`."""
 
-    def __init__(self, decay: float = DEFAULT_SETTINGS["range_decay"]):
+    def __init__(self, decay: float = _DEFAULT_RANGE_DECAY):
         super().__init__(num_bits=NUM_BITS, per_axis=False, symmetric=False, narrow_range=False)
         self.decay = float(decay)
 
@@ -165,7 +148,7 @@ class KernelQuantizeConfig(QuantizeConfig):
 class OutputQuantizeConfig(QuantizeConfig):
     """Quantizes a layer's output only (activation ranges)."""
 
-    def __init__(self, decay: float = DEFAULT_SETTINGS["range_decay"]):
+    def __init__(self, decay: float = _DEFAULT_RANGE_DECAY):
         self.decay = float(decay)
 
     def get_weights_and_quantizers(self, layer):
@@ -220,7 +203,7 @@ class SeparableConvQuantizeWrapper(QuantizeWrapperV2):
 class SeparableConvQuantizeConfig(KernelQuantizeConfig):
     """Both kernels of a SeparableConv2D; the depthwise output range uses `decay`."""
 
-    def __init__(self, per_channel: bool = True, decay: float = DEFAULT_SETTINGS["range_decay"]):
+    def __init__(self, per_channel: bool = True, decay: float = _DEFAULT_RANGE_DECAY):
         super().__init__(["depthwise_kernel", "pointwise_kernel"], per_channel)
         self.decay = float(decay)
 
@@ -235,7 +218,7 @@ def wrap_layer(layer, settings: Mapping[str, Any]):
     kernels and its depthwise output. The output is quantized by the `quantize_output`
     point the model places after the BatchNorm and activation that follow.
     """
-    settings = full_settings(settings)
+    settings = quantize_settings_with_defaults(settings)
     per_channel = settings["per_channel"]
     if isinstance(layer, keras.layers.SeparableConv2D):
         return SeparableConvQuantizeWrapper(
@@ -252,6 +235,6 @@ def wrap_layer(layer, settings: Mapping[str, Any]):
 
 def quantize_output(layer, settings: Mapping[str, Any]):
     """`layer` (no variables of its own, e.g. an activation) with its output fake-quantized."""
-    decay = full_settings(settings)["range_decay"]
+    decay = quantize_settings_with_defaults(settings)["range_decay"]
     return QuantizeWrapperV2(layer, OutputQuantizeConfig(decay), name=layer.name)
 

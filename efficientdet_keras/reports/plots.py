@@ -1,26 +1,17 @@
 """PNG plots of the rows of a run's results.csv: losses, AP and AP50, learning rate.
 
-matplotlib is optional (the `reports` extra): it is imported only when a plot is drawn,
-through `new_figure`, which returns None without it and logs that once per process. The
-figures are drawn with matplotlib's object API (no pyplot), so no global backend is set
-and nothing is shown on screen.
+matplotlib is optional (the `reports` extra): without it `plot_results` writes nothing
+(see `utils.figures`).
 
     columns, rows = read_results("runs/demo/results.csv")
     plot_results(rows, "runs/demo/plots")
     # -> runs/demo/plots/losses.png, ap.png, learning_rate.png
 """
 
-import io
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from absl import logging
-
-from efficientdet_keras.utils.fileio import write_bytes_atomically
-
-_MISSING_NOTE_LOGGED = []  # Non-empty once the "no matplotlib" note was logged.
-# Figure size in inches at 100 dpi.
-_PANEL_SIZE = (5.0, 3.6)
+from efficientdet_keras.utils.figures import matplotlib_available, new_figure, save_figure
 
 # (panel title, [(results.csv column, line label)]) of losses.png: the raw weights' training
 # and validation loss, and the EMA weights' validation loss (the weights val_AP measures).
@@ -28,35 +19,6 @@ LOSS_PANELS = [(name, [(name, "train"), ("val_" + name, "val"), ("val_ema_" + na
                for name in ("loss", "cls_loss", "box_loss")]
 AP_LINES = [("val_AP", "AP"), ("val_AP50", "AP50")]
 LEARNING_RATE_LINES = [("learning_rate", "learning rate")]
-
-
-def matplotlib_available() -> bool:
-    """Whether matplotlib imports; without it, logs one note per process."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        if not _MISSING_NOTE_LOGGED:
-            logging.info("matplotlib is not installed: run plots and precision-recall curves "
-                         "are skipped (pip install 'efficientdet_keras[reports]' to get them)")
-            _MISSING_NOTE_LOGGED.append(True)
-        return False
-    return True
-
-
-def new_figure(panels: int = 1):
-    """A matplotlib Figure of `panels` side-by-side panels' size (call matplotlib_available
-    first)."""
-    from matplotlib.figure import Figure
-    return Figure(figsize=(_PANEL_SIZE[0] * panels, _PANEL_SIZE[1]), dpi=100,
-                  layout="constrained")
-
-
-def save_figure(figure, path: str) -> str:
-    """Writes a figure as PNG, crash-safely; returns `path`."""
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    return write_bytes_atomically(path, buffer.getvalue())
 
 
 def column_series(rows: Sequence[Dict[str, str]], column: str) -> Tuple[List[int], List[float]]:

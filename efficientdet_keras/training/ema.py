@@ -8,7 +8,8 @@ averages are not dominated by the random initial weights.
 The averages live in their own variables; the model keeps its raw weights.
 `swapped_in(model)` puts the averages into the model for evaluation or export
 and restores the raw weights afterwards, so training always continues from the
-raw weights.
+raw weights. `ema_weights(model)` does the same for any model, with or without an
+average, and batches the swap's cross-worker reads under multi-worker training.
 """
 
 import contextlib
@@ -17,6 +18,8 @@ from typing import Dict, List
 import tensorflow as tf
 
 from efficientdet_keras.checkpoint import variable_name
+from efficientdet_keras.model.weights import averaged_weights
+from efficientdet_keras.training.workers import on_read_variables_reduced_together
 
 
 def is_batch_norm_statistic(variable: tf.Variable) -> bool:
@@ -77,16 +80,16 @@ class ExponentialMovingAverage(tf.Module):
         its own copy of each shadow from its own copy of the weight; see _shadow_variable
         for why the copies agree. `apply` (a scalar bool tensor) false leaves every shadow
         as it is: the trainer passes whether the step was healthy, so the update needs no
-        tf.cond (one over all the shadows made the first step's graph much larger).
+        tf.cond, which over all the shadows would make the step's graph much larger.
         """
         rate = (1.0 - self.decay_at(step)) * tf.cast(apply, tf.float32)
         # One kernel per variable, TensorFlow's proximal gradient descent:
         #   shadow = (shadow - alpha * delta) / (1 + alpha * l2)   (l1 = 0)
         # with delta = weight, alpha = -rate / (1 - rate) and l2 = -1 gives
         #   (shadow + weight * rate / (1 - rate)) * (1 - rate) = (1 - rate) * shadow + rate * weight.
-        # (rate < 1 because decay > 0, checked in __init__.) With some 700 averaged variables
-        # in D0 this is ~1,400 graph ops where `shadow -= (shadow - weight) * rate` took
-        # ~3,500, and one pass over each variable instead of three.
+        # (rate < 1 because decay > 0, checked in __init__.) With hundreds of averaged
+        # variables this needs far fewer graph ops than `shadow -= (shadow - weight) * rate`,
+        # and one pass over each variable instead of three.
         alpha = -rate / (1.0 - rate)
         scalars = {}  # dtype -> (alpha, l1, l2), made once for all variables of that dtype.
         for shadow, source in zip(self.shadows, self._sources):
@@ -129,3 +132,26 @@ class ExponentialMovingAverage(tf.Module):
             yield
         finally:
             self._swap()
+
+
+@contextlib.contextmanager
+def ema_weights(model):
+    """A context in which the model holds its EMA weights (if it keeps any).
+
+    Under multi-worker training each swap's cross-replica reads are batched
+    (on_read_variables_reduced_together); elsewhere it is model.weights.averaged_weights.
+    """
+    ema = getattr(model, "ema", None)
+    strategy = getattr(model, "distribute_strategy", None)
+    if ema is None or not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        with averaged_weights(model):
+            yield
+        return
+    swapped = list(ema.shadows) + list(ema._sources)
+    with on_read_variables_reduced_together(swapped, strategy):
+        ema._swap()
+    try:
+        yield
+    finally:
+        with on_read_variables_reduced_together(swapped, strategy):
+            ema._swap()

@@ -217,9 +217,9 @@ def learning_rate_schedule(config, steps_per_epoch: int) -> WarmupSchedule:
                      % (method, ", ".join(LR_DECAY_METHODS)))
 
 
-# Keras's own SGD and Adam update each variable with 5-10 small ops, which on a CPU cost
-# more in executor overhead than in arithmetic (34 ms of a 375 ms D0 step at 256 px batch 4)
-# and several seconds of tracing. TensorFlow's training kernels do the same update in one op.
+# Keras's own SGD and Adam update each variable with several small ops, which on a CPU cost
+# more in executor overhead than in arithmetic, and lengthen tracing. TensorFlow's training
+# kernels do the same update in one op.
 # Same slots, names and math, so checkpoints and results do not change.
 
 @keras.saving.register_keras_serializable(package=_SERIALIZABLE_PACKAGE)
@@ -312,8 +312,8 @@ def clip_gradients(grads: Sequence[Optional[tf.Tensor]], clip_norm: Optional[flo
       As tf.clip_by_global_norm, a non-finite global norm makes every gradient NaN.
 
     Each tensor's squared norm is computed once and the scales are worked out on the vector of
-    them, so each gradient costs two ops (its norm and one multiply) where tf.clip_by_norm plus
-    tf.clip_by_global_norm cost about twelve: 23 ms of a D0 step, and seconds of tracing.
+    them, so each gradient costs two ops (its norm and one multiply); tf.clip_by_norm plus
+    tf.clip_by_global_norm take several times as many, each adding step and tracing time.
     """
     present = [g for g in grads if g is not None]
     if not present:

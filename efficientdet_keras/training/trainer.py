@@ -205,8 +205,8 @@ class EfficientDetNetTrain(EfficientDetNet):
                 for name, value in losses.items()}
 
     # Traced as written: the steps use tf.cond and Python loops over Python lists only, and
-    # AutoGraph's conversion of every layer call they reach took about 4 s of the first
-    # step's 11 s trace (D0). Layers called from here are not converted either.
+    # AutoGraph's conversion of every layer call they reach is a large share of the first
+    # step's trace. Layers called from here are not converted either.
     @tf.autograph.experimental.do_not_convert
     def train_step(self, data):
         images, labels = data
@@ -244,8 +244,8 @@ class EfficientDetNetTrain(EfficientDetNet):
                  grads, optimizer.iterations + 1, logs, statistics)
         if self.ema is not None:
             # After the cond, which orders it after the update or the restored statistics; a
-            # skipped step averages nothing. Out of the cond, its 700-odd shadows and sources
-            # are not branch inputs: the first step traces and optimises 4-6 s faster (D0).
+            # skipped step averages nothing. Out of the cond, its hundreds of shadows and
+            # sources are not branch inputs, which keeps the first step's trace short.
             self.ema.update(optimizer.iterations, apply=healthy)
 
         counted = {name: healthy for name in logs}

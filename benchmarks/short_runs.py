@@ -2,7 +2,7 @@
 
 Two datasets, each trained with the preset a user would pick for it:
   demo    the demo's shapes at 256 px, hparams/demo.yaml (3 epochs of 80 steps, batch 8);
-  glyphs  data.synthetic_glyphs (made to look unlike the demo) at 128 px, 512 training and
+  glyphs  benchmarks/synthetic_glyphs.py (made to look unlike the demo) at 128 px, 512 training and
           96 validation images, hparams/short_run.yaml, 8 epochs of 64 steps, batch 8.
 Before training, the anchors are set as `efficientdet-check-data` recommends for the
 dataset's boxes (anchor_fit.recommend_anchors; the glyphs get anchor_scale 3, the demo keeps
@@ -11,7 +11,9 @@ weights, training mode, averaged over the epoch) and the inference-mode validati
 losses of the raw and the EMA weights: their ratios to the training loss show how well
 inference-mode BatchNorm describes what the network saw in training.
 
-Used by `efficientdet-bench --what=short_runs`; plain functions, no flags.
+Each run is the library's training.run.TrainingRun (its trainer, training input and validation
+data) with COCO evaluation as its only callback. Used by `python benchmarks/bench.py
+--what=short_runs`; plain functions, no flags.
 """
 
 import dataclasses
@@ -21,6 +23,7 @@ from typing import Dict, List
 
 import tf_keras as keras
 
+from benchmarks.common import training_run
 from efficientdet_keras.config import PACKAGED_HPARAMS_DIR
 
 # name -> (hparams file, dataset style name, image size, train images, val images, epochs,
@@ -58,7 +61,7 @@ def short_run_config(name: str, overrides=None):
     """The config of one short run: D0, its preset file, its dataset's classes and size."""
     from efficientdet_keras import get_efficientdet_config
     from efficientdet_keras.data.synthetic import SHAPES
-    from efficientdet_keras.data.synthetic_glyphs import GLYPHS
+    from benchmarks.synthetic_glyphs import GLYPHS
     hparams_file, style_name, image_size, _, _, epochs, steps = SHORT_RUNS[name]
     style = {"shapes": SHAPES, "glyphs": GLYPHS}[style_name]
     config = get_efficientdet_config("efficientdet-d0")
@@ -78,12 +81,9 @@ def run_short_run(name: str, data_dir: str, overrides=None, seed: int = 0,
       data_dir: where the dataset is written (reused when already there).
       overrides: config overrides on top of the preset ("k=v,..." or a dict).
     """
-    from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
     from efficientdet_keras.data.synthetic import write_synthetic_dataset
-    from efficientdet_keras.evaluation import COCOEvaluator
-    from efficientdet_keras.training.callbacks import COCOCallback
+    from efficientdet_keras.training.coco_callback import COCOCallback
     from efficientdet_keras.training.runtime import run_settings
-    from efficientdet_keras.training.trainer import EfficientDetNetTrain
 
     config, style = short_run_config(name, overrides)
     _, _, image_size, num_train, num_val, _, _ = SHORT_RUNS[name]
@@ -93,15 +93,12 @@ def run_short_run(name: str, data_dir: str, overrides=None, seed: int = 0,
     if anchors is not None:
         log("%s: anchors as efficientdet-check-data recommends: %s" % (name, anchors))
         config.override(anchors)
+    run = training_run(config, data, config.steps_per_epoch, seed=seed, validation=True)
     with run_settings(seed, False):
-        train_data = InputPipeline(config, TFRecordSource(data.train_tfrecord),
-                                   is_training=True, seed=seed)()
-        val_data = InputPipeline(config, TFRecordSource(data.val_tfrecord), is_training=False,
-                                 batch_size=config.batch_size)()
-        model = EfficientDetNetTrain(config)
-        model.compile(steps_per_epoch=config.steps_per_epoch)
-        callbacks = [COCOCallback(config, val_data, COCOEvaluator(data.val_json,
-                                                                  label_map=data.label_map))]
+        train_data = run.train_pipeline()()
+        val_data, evaluator = run.validation_data()
+        model = run.build_model()
+        callbacks = [COCOCallback(config, val_data, evaluator)]
         timer = EpochTimer()
         history = model.fit(train_data, epochs=config.num_epochs,
                             steps_per_epoch=config.steps_per_epoch, validation_data=val_data,
@@ -125,7 +122,8 @@ def recommended_anchors(config, coco_json: str, written_size: int):
 
     import numpy as np
 
-    from efficientdet_keras.detection.anchor_fit import AnchorSettings, recommend_anchors, suggest_anchors
+    from efficientdet_keras.detection.anchor_fit import (AnchorSettings, recommend_anchors,
+                                                         suggest_anchors)
     with open(coco_json) as f:
         xywh = np.array([a["bbox"] for a in json.load(f)["annotations"]], np.float64)
     scale = float(config.image_size[0]) / written_size

@@ -1,6 +1,7 @@
 """Killing `efficientdet-train` with SIGKILL at chosen moments, and checking what it left.
 
-The harness of the kill test (tests/test_resume.py) and of `efficientdet-bench --what=kills`.
+The harness of the kill test (tests/test_resume.py), the multi-worker test
+(tests/test_multi_worker.py) and of `python benchmarks/bench.py --what=kills`.
 The trainer runs with --verbosity=1, so its StepBackup logs "Finished step S" after every
 step and "Resumed from the backup at step S" after a restore, and its COCOCallback logs
 "COCO evaluation after epoch E" when an evaluation starts: the harness reads these lines to
@@ -17,7 +18,7 @@ from typing import Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
-from efficientdet_keras.training.callbacks import BACKUP_DIR, backup_checkpoints_dir
+from efficientdet_keras.training.backup import BACKUP_DIR, backup_checkpoints_dir
 
 FINISHED_STEP = re.compile(r"Finished step (\d+)")
 RESUMED_STEP = re.compile(r"Resumed from the backup at step (\d+)")

@@ -1,15 +1,17 @@
-"""efficientdet-bench --what=speed: one table of D0's speed on today's float32 path against the
-best path the package offers (SPEED_PATHS), measured in the same run.
+"""bench.py --what=speed: one table of D0's speed on today's float32 path against the best path
+the package offers (SPEED_PATHS), measured in the same run.
 
-Every measurement runs in a fresh child process (`python -m efficientdet_keras.cli.speed_bench
---measure=... --path=...`), so the two paths share no memory, traces or oneDNN caches, and the
-time to the first step and the peak memory are those of a process that does nothing else. Each
-child prints one JSON line; the parent prints the table. With --speed_rounds, every child runs
-that many times, the two paths back to back and their order swapped each round, and the table
+Every measurement runs in a fresh child process (`python -m benchmarks.speed --measure=...
+--path=...`), so the two paths share no memory, traces or oneDNN caches, and the time to the
+first step and the peak memory are those of a process that does nothing else. Each child
+prints one JSON line; the parent prints the table. With several rounds, every child runs that
+many times, the two paths back to back and their order swapped each round, and the table
 gives the medians and the range of the rounds' ratios: on a shared machine, slow spells last
 minutes, and alternating puts them on both columns.
 """
 
+import dataclasses
+import functools
 import json
 import os
 import resource
@@ -17,82 +19,107 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
+from typing import Tuple
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-from efficientdet_keras.cli.bench import (FLAGS, SPEED_ROWS,  # noqa: E402
-                                          demo_validation_data, keras_metrics, median_seconds,
-                                          step_end_recorder, tflite_metrics_and_latency)
+from benchmarks.common import (DATA_DIR, TFLITE_THREADS, demo_validation_data,  # noqa: E402
+                               has_demo_run, keras_metrics, median_seconds, one_cached_batch,
+                               step_seconds, tflite_metrics_and_latency, timed_fit,
+                               training_run)
 
 # The two columns. train_hparams: config overrides for training; memory_hparams: what the
-# memory row adds to them (gradient checkpointing halves the peak memory of a step but costs
+# memory row adds to them (gradient checkpointing lowers the peak memory of a step but costs
 # time, so the best path uses it for that row alone). Training stays float32 on the best path
-# too: with mixed_precision=bfloat16 a D0 step ran at 0.44-0.74x the float32 speed on this
-# AVX512-BF16 CPU (oneDNN's bfloat16 depthwise backward and Eigen's bfloat16 sigmoid are several
-# times slower than in float32; README, Speed). XLA stays off: on a CPU it compiles for twice as
-# long and then trains several times slower (README, Training speed).
+# too: oneDNN's bfloat16 depthwise backward and Eigen's bfloat16 sigmoid are slower on a CPU
+# than their float32 versions (README, Speed). XLA stays off: on a CPU it compiles for long
+# and then trains slower (README, Training speed).
 # Inference: infer_runtime "tensorflow" runs the Keras network (BatchNorm folded into the convs
 # when fold, at infer_precision, None for float32); "tflite" runs the float32 .tflite with raw
 # outputs through XNNPACK (one thread per core) and decodes it with the package's own
-# post-processing, so its detections and AP are the Keras model's (README, TFLite). On this
-# 2-core CPU it took about half the time of TensorFlow's float32 network at 512 px, where
-# BatchNorm folding with bfloat16 took 0.8-0.97x.
+# post-processing, so its detections and AP are the Keras model's (README, TFLite).
 SPEED_PATHS = {
     "float32": {"train_hparams": "", "memory_hparams": "", "infer_runtime": "tensorflow",
                 "infer_precision": None, "fold": False},
     "best": {"train_hparams": "", "memory_hparams": "grad_checkpoint=true",
              "infer_runtime": "tflite", "infer_precision": None, "fold": False},
 }
-# The training rows' (size, batch), fixed by the issue; --speed_scale divides the sizes.
+# The row groups, in table order (--speed_rows).
+SPEED_ROWS = ("train_256_4", "train_256_8", "train_512_4", "train_512_8", "network", "end_to_end",
+              "first_step", "memory", "ap")
+# The training rows' (size, batch); --speed_scale divides the sizes.
 TRAIN_SHAPES = ((256, 4), (256, 8), (512, 4), (512, 8))
 FIRST_STEP_SHAPE = (256, 4)
 MEMORY_SHAPE = (512, 8)
 INFERENCE_SIZE = 512
 JPEG_SIZE = (480, 640)  # The end-to-end row's input: one 640x480 JPEG (height, width).
 WARMUP_STEPS = 2  # Training steps left out of the median (tracing, first oneDNN calls).
-# Latency rows: runs before the timed ones, and timed runs per --repeats. The first ten or so
-# runs of either runtime were up to 1.5x slower than the rest here (XNNPACK: 75-80 ms, then
-# 47-55 ms at 512 px); 3x the runs steadies medians that vary 10-20% from run to run.
+# Latency rows: runs before the timed ones, and timed runs per --repeats. The first runs of
+# either runtime are slower than the rest, and more runs steady medians that vary from run
+# to run.
 LATENCY_WARMUP = 10
 LATENCY_RUNS_PER_REPEAT = 3
 MEMORY_STEPS = 3  # Steps of the memory child when the training rows are not asked for.
+# The AP of a trained model does not vary from run to run: its children run in round 1 only.
+ONCE_ONLY = ("ap",)
 
 
-def check_speed_flags() -> None:
+@dataclasses.dataclass(frozen=True)
+class SpeedSettings:
+    """What the table measures: bench.py fills it from its flags, each child from its own.
+
+    Attributes:
+      model_name, hparams: the model and its config overrides (both paths).
+      repeats: timed training steps; latency rows time LATENCY_RUNS_PER_REPEAT times more.
+      data_dir: where the synthetic training images are written (and reused).
+      model_dir: a demo run, for the AP rows (without one they read n/a).
+      rows: the row groups to measure, of SPEED_ROWS.
+      rounds: rounds of fresh processes, the two paths alternating within each.
+      scale: multiplies every input size (0.25: 512 -> 128 px, 256 -> 64 px).
+    """
+    model_name: str = "efficientdet-d0"
+    hparams: str = ""
+    repeats: int = 10
+    data_dir: str = DATA_DIR
+    model_dir: str = os.path.join("runs", "demo")
+    rows: Tuple[str, ...] = SPEED_ROWS
+    rounds: int = 1
+    scale: float = 1.0
+
+    def scaled(self, size: int) -> int:
+        """An input size of the table after the scale (1: as is)."""
+        return int(round(size * self.scale))
+
+
+def check_speed_settings(settings: SpeedSettings) -> None:
     """Raises ValueError naming the flag when --speed_rows or --speed_scale is unusable."""
-    unknown = [row for row in FLAGS.speed_rows if row not in SPEED_ROWS]
-    if unknown or not FLAGS.speed_rows:
+    unknown = [row for row in settings.rows if row not in SPEED_ROWS]
+    if unknown or not settings.rows:
         raise ValueError("--speed_rows: unknown row(s) %s; choose from %s"
                          % (", ".join(map(repr, unknown)) or "(none given)",
                             ", ".join(SPEED_ROWS)))
-    if not 0 < FLAGS.speed_scale <= 1:
-        raise ValueError("--speed_scale: must be in (0, 1]; got %g" % FLAGS.speed_scale)
+    if not 0 < settings.scale <= 1:
+        raise ValueError("--speed_scale: must be in (0, 1]; got %g" % settings.scale)
     for size in (256, 512):
-        if scaled(size) % 64:  # D0's levels 3-7 need the input to halve cleanly.
+        if settings.scaled(size) % 64:  # D0's levels 3-7 need the input to halve cleanly.
             raise ValueError("--speed_scale: %g makes %d px into %d px, not a multiple of 64"
-                             % (FLAGS.speed_scale, size, scaled(size)))
+                             % (settings.scale, size, settings.scaled(size)))
 
 
 def train_row(shape) -> str:
-    """The --speed_rows name of a training row: train_<size>_<batch> (the issue's sizes)."""
+    """The --speed_rows name of a training row: train_<size>_<batch> (sizes before scaling)."""
     return "train_%d_%d" % shape
-
-
-def scaled(size: int) -> int:
-    """An input size of the issue's table after --speed_scale (1: as is)."""
-    return int(round(size * FLAGS.speed_scale))
 
 
 # --- the children: one measurement each, printed as one JSON line --------------------------
 
-def path_config(path: str, image_size: int, batch_size: int, training: bool,
-                memory: bool = False):
-    """The config of --model_name (plus --hparams) at a size and batch, with the path's
+def path_config(settings: SpeedSettings, path: str, image_size: int, batch_size: int,
+                training: bool, memory: bool = False):
+    """The config of the model (plus its hparams) at a size and batch, with the path's
     training overrides when `training` (and its memory-row ones when `memory`)."""
     from efficientdet_keras import get_efficientdet_config
-    config = get_efficientdet_config(FLAGS.model_name)
-    config.override(FLAGS.hparams)
+    config = get_efficientdet_config(settings.model_name)
+    config.override(settings.hparams)
     config.override({"image_size": image_size, "batch_size": batch_size, "num_classes": 4})
     if training:
         config.override(SPEED_PATHS[path]["train_hparams"])
@@ -101,37 +128,26 @@ def path_config(path: str, image_size: int, batch_size: int, training: bool,
     return config
 
 
-def training_data(image_size: int):
-    """The synthetic training images of one size (written once in --data_dir, then reused)."""
+def training_data(settings: SpeedSettings, image_size: int):
+    """The synthetic training images of one size (written once in data_dir, then reused)."""
     from efficientdet_keras.data.synthetic import write_synthetic_dataset
-    return write_synthetic_dataset(os.path.join(FLAGS.data_dir, "speed-%d" % image_size),
+    return write_synthetic_dataset(os.path.join(settings.data_dir, "speed-%d" % image_size),
                                    num_train=16, num_val=1, image_size=image_size, seed=2)
 
 
-def measure_train(path: str, memory: bool = False) -> dict:
-    """EfficientDetNetTrain.fit at --image_size and --batch_size for --train_steps: images/s
-    (median of the steps after the first WARMUP_STEPS), seconds from building the model to
-    the end of the first step, and this process's peak resident memory. `memory`: with the
-    path's memory_hparams."""
-    from efficientdet_keras.data.pipeline import InputPipeline, TFRecordSource
-    from efficientdet_keras.training.trainer import EfficientDetNetTrain
-
-    config = path_config(path, FLAGS.image_size, FLAGS.batch_size, training=True, memory=memory)
-    pipeline = InputPipeline(config, TFRecordSource(training_data(FLAGS.image_size)
-                                                    .train_tfrecord), is_training=True, seed=0)
-    dataset = pipeline().take(1).cache().repeat()  # Measure the step, not the input.
-    next(iter(dataset))
-    start = time.perf_counter()
-    model = EfficientDetNetTrain(config)
-    model.compile(steps_per_epoch=FLAGS.train_steps)
-    recorder = step_end_recorder()
-    model.fit(dataset, epochs=1, steps_per_epoch=FLAGS.train_steps, callbacks=[recorder],
-              verbose=0)
-    step_times = [b - a for a, b in zip(recorder.ends[WARMUP_STEPS - 1:-1],
-                                        recorder.ends[WARMUP_STEPS:])]
-    result = {"first_step_s": recorder.ends[0] - start, "max_rss_mb": max_rss_megabytes()}
+def measure_train(settings: SpeedSettings, path: str, image_size: int, batch_size: int,
+                  steps: int, memory: bool = False) -> dict:
+    """The trainer's fit for `steps` steps on one cached batch: images/s (median of the
+    steps after the first WARMUP_STEPS), seconds from building the model to the end of the
+    first step, and this process's peak resident memory. `memory`: with the path's
+    memory_hparams."""
+    config = path_config(settings, path, image_size, batch_size, training=True, memory=memory)
+    run = training_run(config, training_data(settings, image_size), steps_per_epoch=steps)
+    first_step, ends = timed_fit(run, one_cached_batch(run), steps)
+    step_times = step_seconds(ends, WARMUP_STEPS)
+    result = {"first_step_s": first_step, "max_rss_mb": max_rss_megabytes()}
     if step_times:
-        result["images_per_s"] = FLAGS.batch_size / statistics.median(step_times)
+        result["images_per_s"] = batch_size / statistics.median(step_times)
     return result
 
 
@@ -140,21 +156,21 @@ def max_rss_megabytes() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6
 
 
-def inference_model(path: str):
-    """An untrained --model_name network at --image_size, and what the path serves: itself
-    (float32 path) or its BatchNorm-folded copy at the path's precision."""
+def inference_model(settings: SpeedSettings, path: str, image_size: int):
+    """An untrained network at image_size, and what the path serves: itself (float32 path)
+    or its BatchNorm-folded copy at the path's precision."""
     from efficientdet_keras import EfficientDetNet
-    from efficientdet_keras.export.saved_model import inference_network
+    from efficientdet_keras.inference.serving_graph import inference_network
 
-    model = EfficientDetNet(config=path_config(path, FLAGS.image_size, 1, training=False))
+    model = EfficientDetNet(config=path_config(settings, path, image_size, 1, training=False))
     model.build_variables()
     spec = SPEED_PATHS[path]
     return model, inference_network(model, spec["fold"], spec["infer_precision"])
 
 
-def latency_ms(fn) -> float:
+def latency_ms(settings: SpeedSettings, fn) -> float:
     """Median milliseconds of fn after LATENCY_WARMUP runs."""
-    return 1e3 * median_seconds(fn, LATENCY_RUNS_PER_REPEAT * FLAGS.repeats,
+    return 1e3 * median_seconds(fn, LATENCY_RUNS_PER_REPEAT * settings.repeats,
                                 warmup=LATENCY_WARMUP)
 
 
@@ -172,23 +188,24 @@ def tflite_detector(model):
     return TFLiteDetector(export_tflite(model, path, outputs="raw"), num_threads=os.cpu_count())
 
 
-def measure_network(path: str) -> dict:
+def measure_network(settings: SpeedSettings, path: str, image_size: int) -> dict:
     """Median ms of the network alone (a tf.function of it, or the .tflite interpreter's run
     on a letterboxed uint8 image) on one image."""
     import numpy as np
     import tensorflow as tf
 
-    model, network = inference_model(path)
+    model, network = inference_model(settings, path, image_size)
     if uses_tflite(path):
         detector = tflite_detector(model)
         image = np.random.default_rng(1).integers(0, 256, detector.image_size + (3,), np.uint8)
-        return {"network_ms": latency_ms(lambda: detector.run(image))}
-    images = tf.random.uniform([1, FLAGS.image_size, FLAGS.image_size, 3], -2.0, 2.0, seed=1)
+        return {"network_ms": latency_ms(settings, lambda: detector.run(image))}
+    images = tf.random.uniform([1, image_size, image_size, 3], -2.0, 2.0, seed=1)
     forward = tf.function(lambda x: network(x, training=False))
-    return {"network_ms": latency_ms(lambda: [o.numpy() for o in forward(images)[0]])}
+    return {"network_ms": latency_ms(settings,
+                                     lambda: [o.numpy() for o in forward(images)[0]])}
 
 
-def measure_end_to_end(path: str) -> dict:
+def measure_end_to_end(settings: SpeedSettings, path: str, image_size: int) -> dict:
     """Median ms from one 640x480 JPEG to its detections: decode, preprocess, network, NMS.
     TensorFlow paths: the detection SavedModel (the path's folding and precision) through its
     image_bytes signature; the TFLite path: tf.io.decode_jpeg and TFLiteDetector.detect."""
@@ -197,70 +214,73 @@ def measure_end_to_end(path: str) -> dict:
 
     from efficientdet_keras.export.saved_model import export_detector
 
-    model, _ = inference_model(path)
+    model, _ = inference_model(settings, path, image_size)
     spec = SPEED_PATHS[path]
     pixels = np.random.default_rng(0).integers(0, 256, JPEG_SIZE + (3,), dtype=np.uint8)
     jpeg = tf.io.encode_jpeg(pixels).numpy()
     if uses_tflite(path):
         detector = tflite_detector(model)
         return {"end_to_end_ms": latency_ms(
-            lambda: detector.detect(tf.io.decode_jpeg(jpeg, channels=3)))}
+            settings, lambda: detector.detect(tf.io.decode_jpeg(jpeg, channels=3)))}
     export_dir = os.path.join(tempfile.mkdtemp(prefix="efficientdet_speed_"), "saved_model")
     export_detector(model, export_dir, fold_batch_norm=spec["fold"],
                     mixed_precision=spec["infer_precision"])
     detect = tf.saved_model.load(export_dir).signatures["image_bytes"]
     images = tf.constant([jpeg])
     return {"end_to_end_ms": latency_ms(
-        lambda: detect(images=images)["num_detections"].numpy())}
+        settings, lambda: detect(images=images)["num_detections"].numpy())}
 
 
-def measure_ap(path: str) -> dict:
-    """AP and AP50 of the demo run in --model_dir: the unfolded float32 model on the float32
+def measure_ap(settings: SpeedSettings, path: str, batch_size: int) -> dict:
+    """AP and AP50 of the demo run in model_dir: the unfolded float32 model on the float32
     path; the path's inference network (folded, its precision) or its .tflite otherwise."""
-    from efficientdet_keras.cli.common import load_model_and_config
-    from efficientdet_keras.export.saved_model import inference_network
+    from efficientdet_keras.inference.loading import load_model_and_config
+    from efficientdet_keras.inference.serving_graph import inference_network
 
-    data = demo_validation_data(FLAGS.model_dir)
-    model, config = load_model_and_config(FLAGS.model_dir, "", FLAGS.model_name, FLAGS.hparams)
+    data = demo_validation_data(settings.model_dir)
+    model, config = load_model_and_config(settings.model_dir, "", settings.model_name,
+                                          settings.hparams)
     spec = SPEED_PATHS[path]
     if uses_tflite(path):
-        metrics, _ = tflite_metrics_and_latency(tflite_detector(model).path, data, repeats=1)
+        metrics, _ = tflite_metrics_and_latency(tflite_detector(model).path, data, repeats=1,
+                                                batch_size=batch_size,
+                                                num_threads=TFLITE_THREADS)
     else:
         network = inference_network(model, spec["fold"], spec["infer_precision"])
-        metrics = keras_metrics(network, network.config, data)
+        metrics = keras_metrics(network, network.config, data, batch_size)
     return {"AP": float(metrics["AP"]), "AP50": float(metrics["AP50"])}
 
 
-MEASURES = {"train": measure_train, "memory": lambda path: measure_train(path, memory=True),
-            "network": measure_network, "end_to_end": measure_end_to_end, "ap": measure_ap}
-
-
-def child_main(argv) -> None:
-    """A child's main: one measurement (--measure) of one path (--path), as a JSON line."""
-    del argv
-    print(json.dumps(MEASURES[FLAGS.measure](FLAGS.path)), flush=True)
+# Each child's measurement: fn(settings, path, image size, batch size, training steps).
+MEASURES = {
+    "train": measure_train,
+    "memory": functools.partial(measure_train, memory=True),
+    "network": lambda settings, path, size, batch, steps: measure_network(settings, path, size),
+    "end_to_end": lambda settings, path, size, batch, steps: measure_end_to_end(settings, path,
+                                                                                size),
+    "ap": lambda settings, path, size, batch, steps: measure_ap(settings, path, batch),
+}
 
 
 # --- the parent: run the children, print the table -----------------------------------------
 
-def child_command(measure: str, path: str, image_size: int, batch_size: int,
-                  train_steps: int = 0):
-    """The command line of one child; it inherits the parent's shared flags."""
-    command = [sys.executable, "-m", "efficientdet_keras.cli.speed_bench",
-               "--measure=%s" % measure, "--path=%s" % path, "--image_size=%d" % image_size,
-               "--batch_size=%d" % batch_size, "--train_steps=%d" % train_steps,
-               "--repeats=%d" % FLAGS.repeats, "--model_name=%s" % FLAGS.model_name,
-               "--hparams=%s" % FLAGS.hparams, "--data_dir=%s" % FLAGS.data_dir,
-               "--model_dir=%s" % FLAGS.model_dir]
-    return command
+def child_command(settings: SpeedSettings, measure: str, path: str, image_size: int,
+                  batch_size: int, train_steps: int = 0):
+    """The command line of one child; it inherits the parent's shared settings."""
+    return [sys.executable, "-m", "benchmarks.speed",
+            "--measure=%s" % measure, "--path=%s" % path, "--image_size=%d" % image_size,
+            "--batch_size=%d" % batch_size, "--train_steps=%d" % train_steps,
+            "--repeats=%d" % settings.repeats, "--model_name=%s" % settings.model_name,
+            "--hparams=%s" % settings.hparams, "--data_dir=%s" % settings.data_dir,
+            "--model_dir=%s" % settings.model_dir]
 
 
 def child_environment() -> dict:
-    """The parent's environment, with Keras 2 and this package importable (a checkout run by
-    tools/bench.py is not installed)."""
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    """The parent's environment, with Keras 2, and the checkout on PYTHONPATH: a child finds
+    this benchmarks package and the efficientdet_keras beside it from any folder."""
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (checkout, env.get("PYTHONPATH")) if p)
     return env
 
 
@@ -272,21 +292,21 @@ def parse_child_output(stdout: str, stderr: str, command) -> dict:
     raise RuntimeError("%s printed no result:\n%s" % (" ".join(command[3:5]), stderr[-3000:]))
 
 
-def run_child(measure: str, path: str, image_size: int, batch_size: int,
-              train_steps: int = 0) -> dict:
+def run_child(settings: SpeedSettings, measure: str, path: str, image_size: int,
+              batch_size: int, train_steps: int = 0) -> dict:
     """Runs one child to the end and returns its result."""
-    command = child_command(measure, path, image_size, batch_size, train_steps)
+    command = child_command(settings, measure, path, image_size, batch_size, train_steps)
     result = subprocess.run(command, capture_output=True, text=True, env=child_environment())
     if result.returncode != 0:
         raise RuntimeError("%s failed:\n%s" % (" ".join(command[3:5]), result.stderr[-3000:]))
     return parse_child_output(result.stdout, result.stderr, command)
 
 
-def train_runs(rows):
+def train_runs(settings: SpeedSettings, rows):
     """{(size, batch): steps} of the training children the asked rows need: the training rows
-    time --repeats steps after the warm-up; the first-step and memory rows read the same
+    time `repeats` steps after the warm-up; the first-step and memory rows read the same
     children (fresh processes) or, alone, a short run of their own."""
-    runs = {shape: WARMUP_STEPS + FLAGS.repeats for shape in TRAIN_SHAPES
+    runs = {shape: WARMUP_STEPS + settings.repeats for shape in TRAIN_SHAPES
             if train_row(shape) in rows}
     if "first_step" in rows:
         runs.setdefault(FIRST_STEP_SHAPE, 1)
@@ -295,7 +315,7 @@ def train_runs(rows):
     return runs
 
 
-def path_children(path: str, rows):
+def path_children(settings: SpeedSettings, path: str, rows):
     """The children `path` runs for `rows`: [(name, (measure, size, batch, steps), pick)],
     where pick(result) gives the table's {key: value} (train_256_4, first_step_s, memory_mb,
     network_ms, end_to_end_ms, AP, AP50) from the child's JSON."""
@@ -317,31 +337,28 @@ def path_children(path: str, rows):
         return (train_row(shape) in rows or (shape == FIRST_STEP_SHAPE and "first_step" in rows)
                 or (shape == MEMORY_SHAPE and not own_memory_child))
 
-    children = [(train_row(shape), ("train", scaled(shape[0]), shape[1], steps),
-                 pick_training(shape)) for shape, steps in train_runs(rows).items()
+    children = [(train_row(shape), ("train", settings.scaled(shape[0]), shape[1], steps),
+                 pick_training(shape)) for shape, steps in train_runs(settings, rows).items()
                 if needed(shape)]
     if own_memory_child:
-        children.append(("memory", ("memory", scaled(MEMORY_SHAPE[0]), MEMORY_SHAPE[1],
+        children.append(("memory", ("memory", settings.scaled(MEMORY_SHAPE[0]), MEMORY_SHAPE[1],
                                     MEMORY_STEPS), lambda r: {"memory_mb": r["max_rss_mb"]}))
     for measure in ("network", "end_to_end"):
         if measure in rows:
-            children.append((measure, (measure, scaled(INFERENCE_SIZE), 1, 0), dict))
-    if "ap" in rows and has_demo_run(FLAGS.model_dir):
-        children.append(("ap", ("ap", scaled(INFERENCE_SIZE), 8, 0), dict))
+            children.append((measure, (measure, settings.scaled(INFERENCE_SIZE), 1, 0), dict))
+    if "ap" in rows and has_demo_run(settings.model_dir):
+        children.append(("ap", ("ap", settings.scaled(INFERENCE_SIZE), 8, 0), dict))
     return children
 
 
-# The AP of a trained model does not vary from run to run: its children run in round 1 only.
-ONCE_ONLY = ("ap",)
-
-
-def measure_rounds(rows, rounds: int, run=None):
+def measure_rounds(settings: SpeedSettings, rows, rounds: int, run=None):
     """[{path: {key: value}}] for each of `rounds` rounds. Within a round each child runs for
     both paths back to back, the paths' order swapped every round, so that a slow spell of a
-    shared machine falls on both columns alike. `run` (for tests): run_child's stand-in."""
-    run = run or run_child
+    shared machine falls on both columns alike. `run` (for tests): run_child's stand-in,
+    without its settings argument."""
+    run = run or functools.partial(run_child, settings)
     plans = {path: {name: (arguments, pick) for name, arguments, pick
-                    in path_children(path, rows)} for path in SPEED_PATHS}
+                    in path_children(settings, path, rows)} for path in SPEED_PATHS}
     names = list(dict.fromkeys(name for plan in plans.values() for name in plan))
     results = []
     for index in range(rounds):
@@ -375,16 +392,12 @@ def combine_rounds(rounds):
     return medians, ratio_ranges
 
 
-def has_demo_run(model_dir: str) -> bool:
-    from efficientdet_keras.data.synthetic import MANIFEST_NAME
-    return os.path.exists(os.path.join(model_dir, "synthetic", MANIFEST_NAME))
-
-
-def table_rows(rows):
+def table_rows(settings: SpeedSettings, rows):
     """[(label, result key, value format)] of the asked rows, in table order."""
-    table = [("training %d px batch %d (img/s)" % (scaled(size), batch), train_row((size, batch)),
-              "%.2f") for size, batch in TRAIN_SHAPES if train_row((size, batch)) in rows]
-    size = scaled(INFERENCE_SIZE)
+    table = [("training %d px batch %d (img/s)" % (settings.scaled(size), batch),
+              train_row((size, batch)), "%.2f")
+             for size, batch in TRAIN_SHAPES if train_row((size, batch)) in rows]
+    size = settings.scaled(INFERENCE_SIZE)
     if "network" in rows:
         table.append(("latency %d px batch 1, network (ms)" % size, "network_ms", "%.1f"))
     if "end_to_end" in rows:
@@ -392,11 +405,12 @@ def table_rows(rows):
                       "%.1f"))
     if "first_step" in rows:
         table.append(("time to first step, %d px batch %d (s)"
-                      % (scaled(FIRST_STEP_SHAPE[0]), FIRST_STEP_SHAPE[1]), "first_step_s",
-                      "%.1f"))
+                      % (settings.scaled(FIRST_STEP_SHAPE[0]), FIRST_STEP_SHAPE[1]),
+                      "first_step_s", "%.1f"))
     if "memory" in rows:
         table.append(("peak memory, training %d px batch %d (MB)"
-                      % (scaled(MEMORY_SHAPE[0]), MEMORY_SHAPE[1]), "memory_mb", "%.0f"))
+                      % (settings.scaled(MEMORY_SHAPE[0]), MEMORY_SHAPE[1]), "memory_mb",
+                      "%.0f"))
     if "ap" in rows:
         table += [("demo AP", "AP", "%.4f"), ("demo AP50", "AP50", "%.4f")]
     return table
@@ -408,16 +422,16 @@ def ratio_cell(float32_text: str, best_text: str) -> str:
     return "%.2f" % (float(best_text) / base) if base else "n/a"
 
 
-def format_table(results, rows, model_dir: str, ratio_ranges=None) -> str:
+def format_table(settings: SpeedSettings, results, rows, ratio_ranges=None) -> str:
     """The Markdown table: a row per measurement, the two paths and their ratio; with
     `ratio_ranges` (several rounds), a column of the rounds' lowest and highest ratio."""
     header = "| measurement | float32 | best | best/float32 |"
     if ratio_ranges is not None:
         header += " rounds' best/float32 |"
     lines = [header, "|---|---|---|---|" + ("---|" if ratio_ranges is not None else "")]
-    for label, key, fmt in table_rows(rows):
+    for label, key, fmt in table_rows(settings, rows):
         if key not in results["float32"]:  # Only the AP rows may be missing (no demo run).
-            cells = ["n/a (no demo run in %s: make demo)" % model_dir, "", ""]
+            cells = ["n/a (no demo run in %s: make demo)" % settings.model_dir, "", ""]
         else:
             cells = [fmt % results[path][key] for path in SPEED_PATHS]
             cells.append(ratio_cell(*cells))
@@ -453,34 +467,55 @@ def describe_path(name: str) -> str:
         name, spec["train_hparams"] or "float32", memory, inference)
 
 
-def bench_speed(config) -> None:
-    """The speed table of --model_name (--speed_rows), each figure from a fresh process, the
-    median of --speed_rounds of them."""
-    del config  # Each child builds its own from --model_name and --hparams.
-    rows = [row for row in SPEED_ROWS if row in FLAGS.speed_rows]
-    for size, _ in train_runs(rows):
-        training_data(scaled(size))  # Written here once, not inside a timed child.
-    results, ratio_ranges = combine_rounds(measure_rounds(rows, FLAGS.speed_rounds))
-    print("%s on %s" % (FLAGS.model_name, machine_line()))
+def bench_speed(settings: SpeedSettings) -> None:
+    """The speed table of the asked rows, each figure from a fresh process, the median of
+    settings.rounds of them."""
+    rows = [row for row in SPEED_ROWS if row in settings.rows]
+    for size, _ in train_runs(settings, rows):
+        training_data(settings, settings.scaled(size))  # Written here once, not in a timed child.
+    results, ratio_ranges = combine_rounds(measure_rounds(settings, rows, settings.rounds))
+    print("%s on %s" % (settings.model_name, machine_line()))
     print("medians (training: %d steps after %d warm-up steps; latency: %d runs after %d "
           "warm-up runs; first step and memory: one fresh process each, memory after the "
-          "training steps)" % (FLAGS.repeats, WARMUP_STEPS, LATENCY_RUNS_PER_REPEAT * FLAGS.repeats,
-                               LATENCY_WARMUP))
-    if FLAGS.speed_rounds > 1:
+          "training steps)" % (settings.repeats, WARMUP_STEPS,
+                               LATENCY_RUNS_PER_REPEAT * settings.repeats, LATENCY_WARMUP))
+    if settings.rounds > 1:
         print("each figure: the median of %d rounds of fresh processes, the paths alternating"
-              % FLAGS.speed_rounds)
+              % settings.rounds)
     for name in SPEED_PATHS:
         print(describe_path(name))
-    print(format_table(results, rows, FLAGS.model_dir,
-                       ratio_ranges if FLAGS.speed_rounds > 1 else None))
+    print(format_table(settings, results, rows, ratio_ranges if settings.rounds > 1 else None))
 
+
+# --- a child's command line ------------------------------------------------------------------
 
 def define_child_flags() -> None:
-    """The child's own flags (the parent's shared ones come from cli/bench.py)."""
+    """The flags child_command passes."""
     from absl import flags
     flags.DEFINE_enum("measure", "train", list(MEASURES), "What this child measures.")
     flags.DEFINE_enum("path", "float32", list(SPEED_PATHS), "Which path it measures.")
-    flags.DEFINE_integer("train_steps", 0, "train: steps to run.")
+    flags.DEFINE_integer("image_size", 512, "Square input size in pixels.")
+    flags.DEFINE_integer("batch_size", 1, "Images per batch.")
+    flags.DEFINE_integer("train_steps", 0, "train, memory: steps to run.")
+    flags.DEFINE_integer("repeats", 10, "Timed training steps; latency: times "
+                         "LATENCY_RUNS_PER_REPEAT runs.")
+    flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDet family.")
+    flags.DEFINE_string("hparams", "", "Config overrides.")
+    flags.DEFINE_string("data_dir", SpeedSettings.data_dir, "Synthetic training images.")
+    flags.DEFINE_string("model_dir", SpeedSettings.model_dir, "ap: a demo run.")
+
+
+def child_main(argv) -> None:
+    """A child's main: one measurement (--measure) of one path (--path), as a JSON line."""
+    from absl import flags
+    del argv
+    FLAGS = flags.FLAGS
+    settings = SpeedSettings(model_name=FLAGS.model_name, hparams=FLAGS.hparams,
+                             repeats=FLAGS.repeats, data_dir=FLAGS.data_dir,
+                             model_dir=FLAGS.model_dir)
+    result = MEASURES[FLAGS.measure](settings, FLAGS.path, FLAGS.image_size, FLAGS.batch_size,
+                                     FLAGS.train_steps)
+    print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

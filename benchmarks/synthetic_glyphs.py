@@ -6,16 +6,17 @@ gradient backgrounds with striped rectangles that are not objects. Each finished
 gets its own contrast (0.35-1x) and brightness (+-50) and strong pixel noise, so images
 differ in their statistics as photos do. Object sides are 12-45% of the image side,
 1-5 objects per image, as in the demo. It measures what a recipe does on
-data it was not tuned on (the short-run benchmark, `efficientdet-bench --what=short_runs`):
+data it was not tuned on (the short-run benchmark, `python benchmarks/bench.py
+--what=short_runs`). A client of the library's ShapeStyle:
 
+    from benchmarks.synthetic_glyphs import GLYPHS
     from efficientdet_keras.data.synthetic import write_synthetic_dataset
-    from efficientdet_keras.data.synthetic_glyphs import GLYPHS
     data = write_synthetic_dataset("data/glyphs", 512, 96, image_size=128, style=GLYPHS)
 """
 
 import numpy as np
 
-from efficientdet_keras.data.synthetic import ShapeStyle, _contrasting_color, make_background
+from efficientdet_keras.data.synthetic import ShapeStyle, contrasting_color, make_background
 
 GLYPHS_LABEL_MAP = {1: "ring", 2: "diamond", 3: "hourglass", 4: "bars"}
 RING, DIAMOND, HOURGLASS, BARS = 1, 2, 3, 4
@@ -57,7 +58,7 @@ def striped_fill(rng: np.random.Generator, under: np.ndarray, size: int) -> np.n
 
     Returns float32 [size, size, 3].
     """
-    first, second = _contrasting_color(rng, under), _contrasting_color(rng, under)
+    first, second = contrasting_color(rng, under), contrasting_color(rng, under)
     period = max(2.0, 2.0 * STRIPE_FRACTION * size)
     diagonal = np.arange(size)[:, None] + np.arange(size)[None, :] * rng.choice([-1, 1])
     stripes = (np.floor(diagonal / (period / 2.0)) % 2).astype(bool)

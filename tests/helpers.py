@@ -1,11 +1,28 @@
-"""Small on-disk datasets with known content, for the data tests."""
+"""What tests import besides pytest fixtures: repository paths, small model configs and
+small on-disk datasets with known content.
+
+Fixtures and hooks live in conftest.py; tests import everything else from here.
+"""
 
 import os
 
 import numpy as np
 import tensorflow as tf
 
-from efficientdet_keras.data.records import ImageRecord, record_to_tf_example
+from efficientdet_keras.data.records import ImageRecord
+from efficientdet_keras.data.tf_example import record_to_tf_example
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REFERENCE_DIR = os.path.join(REPO_ROOT, "..", "shared", "reference")
+HPARAMS_DIR = os.path.join(REPO_ROOT, "hparams")
+
+
+def tiny_config(model_name: str = "efficientdet-d0", **overrides):
+    """A full-architecture config at a small input size, for fast tests."""
+    from efficientdet_keras import get_efficientdet_config
+    config = get_efficientdet_config(model_name)
+    config.override(dict(dict(image_size=128, num_classes=4), **overrides))
+    return config
 
 
 def bright_box_image(height, width, box, channels=3):

@@ -1,0 +1,521 @@
+"""python benchmarks/bench.py --what=...: the project's speed figures, printed as medians over
+repeated runs.
+
+Benchmarks:
+  postprocess  network forward vs. post-processing (decode, top-k, NMS) for one batch.
+  pipeline     training input pipeline images/s vs. the images/s a train step consumes,
+               at 512 and 256 px.
+  train        the trainer's fit (training.run.TrainingRun): time to the first step and
+               images/s, with and without XLA.
+  serve        end-to-end latency of the detection SavedModel (decode, preprocess,
+               network, NMS) on JPEG bytes, batch 1 and 8.
+  eval         a full COCO evaluation of synthetic images: network, post-processing and
+               scoring times, and faster-coco-eval against pycocotools on the same detections.
+  tflite       a trained model (--model_dir, default runs/demo: what `make demo` trains)
+               as Keras fp32, TFLite float32 (detections and raw outputs), float16 and int8
+               and a SavedModel: AP and AP50 on its validation data, batch-1 latency
+               (XNNPACK, --tflite_threads; network only for raw) and size.
+  short_runs   D0 from scratch on the demo's shapes (256 px) and on a second synthetic dataset
+               (striped glyphs, 128 px, 512 steps): AP, AP50, training and inference-mode
+               validation loss by epoch (benchmarks/short_runs.py).
+  augment      training pipeline images/s with each augmentation option on (flip and scale
+               jitter, AutoAugment v0-v3, RandAugment, GridMask, mosaic, mixup, all of them), at
+               --image_size, next to the images/s a train step of --model_name consumes there.
+  kills        a small demo training run killed with SIGKILL at --kills random moments (seeded
+               by --kill_seed) and restarted each time: steps lost per kill, and whether the
+               run still ends with the step count of an unkilled one (benchmarks/kill_harness.py).
+  speed        D0 on today's float32 path against the best one (benchmarks/speed.py
+               SPEED_PATHS), side by side: training images/s at 256 and 512 px, batch 4 and
+               8; batch-1 latency at 512 px, network only and JPEG to detections; time to the
+               first step; peak training memory; demo AP and AP50. --speed_rounds repeats the
+               fresh processes, the two paths alternating.
+
+A user's own model is measured by `efficientdet-bench --model=PATH` (Detector.benchmark).
+"""
+
+import os
+import statistics
+import sys
+import time
+
+# Run as `python benchmarks/bench.py`: the checkout, for the benchmarks package and the
+# efficientdet_keras beside it.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+from absl import flags  # noqa: E402
+
+from benchmarks import speed  # noqa: E402
+from benchmarks.common import (DATA_DIR, TFLITE_THREADS, demo_validation_data,  # noqa: E402
+                               keras_metrics, median_seconds, one_cached_batch, step_seconds,
+                               tflite_metrics_and_latency, timed_fit, training_run)
+from efficientdet_keras.cli.common import HPARAMS_HELP, run_app  # noqa: E402
+
+PROGRAM = "benchmarks/bench.py"
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("what", "postprocess",
+                  ["postprocess", "pipeline", "eval", "train", "serve", "kills", "tflite",
+                   "short_runs", "augment", "speed"],
+                  "Which benchmark to run.")
+flags.DEFINE_integer("eval_images", 500, "eval: how many synthetic images to evaluate.")
+flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDet family.")
+flags.DEFINE_string("hparams", "", HPARAMS_HELP)
+flags.DEFINE_integer("batch_size", 8, "Images per batch.")
+flags.DEFINE_integer("image_size", 512, "Square input size in pixels.")
+flags.DEFINE_integer("repeats", 10, "Timed runs per stage (after one warm-up run).")
+flags.DEFINE_list("sizes", ["512", "256"], "pipeline: input sizes to measure.")
+flags.DEFINE_integer("kills", 20, "kills: how many times to kill the training run.")
+flags.DEFINE_integer("kill_seed", 0, "kills: seed of the random kill moments.")
+flags.DEFINE_float("kill_window", 30.0, "kills: each kill comes at a uniform random moment "
+                   "this many seconds at most after the restarted run's first step.")
+flags.DEFINE_string("model_dir", os.path.join("runs", "demo"),
+                    "tflite: a trained demo run (config.yaml, checkpoints, synthetic/).")
+flags.DEFINE_integer("tflite_threads", TFLITE_THREADS, "tflite: interpreter threads.")
+flags.DEFINE_list("short_runs", ["glyphs", "demo"], "short_runs: which runs (glyphs, demo).")
+# augment: each row's --hparams, added to the config's flip and scale jitter.
+AUGMENT_OPTIONS = {
+    "baseline": "",
+    "v0": "autoaugment_policy=v0",
+    "v1": "autoaugment_policy=v1",
+    "v2": "autoaugment_policy=v2",
+    "v3": "autoaugment_policy=v3",
+    "randaug": "autoaugment_policy=randaug",
+    "grid_mask": "grid_mask=true",
+    "mosaic": "mosaic=1.0",
+    "mixup": "mixup=1.0",
+    "all": "autoaugment_policy=v0,grid_mask=true,mosaic=1.0,mixup=1.0",
+}
+flags.DEFINE_list("augment_options", list(AUGMENT_OPTIONS),
+                  "augment: the rows to measure, of %s." % ", ".join(AUGMENT_OPTIONS))
+flags.DEFINE_bool("train_step", True, "augment: also time a train step of --model_name at the "
+                  "same size and batch (the consumption and ratio columns).")
+flags.DEFINE_string("data_dir", DATA_DIR,
+                    "pipeline, augment: where the synthetic benchmark data is written (and "
+                    "reused).")
+flags.DEFINE_list("speed_rows", list(speed.SPEED_ROWS),
+                  "speed: the rows to measure, of %s." % ", ".join(speed.SPEED_ROWS))
+flags.DEFINE_integer("speed_rounds", 1, "speed: rounds of fresh processes, the two paths "
+                     "alternating within each; the table gives each figure's median over the "
+                     "rounds and the range of the rounds' ratios.", lower_bound=1)
+flags.DEFINE_float("speed_scale", 1.0, "speed, for tests: multiplies every input size "
+                   "(0.25: 512 -> 128 px, 256 -> 64 px).")
+flags.DEFINE_integer("pipeline_images", 256, "pipeline, augment: how many synthetic 640x480 "
+                     "training images to write to --data_dir.", lower_bound=8)
+
+
+def bench_postprocess(config) -> None:
+    import tensorflow as tf
+
+    from efficientdet_keras import EfficientDetNet
+    from efficientdet_keras.detection.postprocess import postprocess_detections
+
+    model = EfficientDetNet(config=config)
+    height, width = config.image_size
+    images = tf.random.uniform([FLAGS.batch_size, height, width, 3], -2.0, 2.0, seed=1)
+    forward = tf.function(lambda x: model(x, training=False))
+    outputs = forward(images)
+    scales = tf.ones([FLAGS.batch_size])
+    methods = ("gaussian", "hard", "combined")
+    post = {m: tf.function(lambda c, b, m=m: postprocess_detections(
+        config, c, b, scales, nms_overrides={"method": m})) for m in methods}
+
+    forward_time = median_seconds(lambda: [o.numpy() for o in forward(images)[0]], FLAGS.repeats)
+    print("%s %dx%d batch %d, max_nms_inputs %d, score_thresh %g"
+          % (config.name, height, width, FLAGS.batch_size, config.nms_configs.max_nms_inputs,
+             config.nms_configs.score_thresh))
+    print("%-32s %9.1f ms" % ("network forward (median)", forward_time * 1e3))
+    for method in methods:
+        seconds = median_seconds(lambda: post[method](*outputs).boxes.numpy(), FLAGS.repeats)
+        print("%-32s %9.1f ms  (%.2f of forward)" % ("post-process %s (median)" % method,
+                                                     seconds * 1e3, seconds / forward_time))
+
+
+def train_step_seconds(config, batch) -> float:
+    """Median seconds of one gradient step (forward, detection loss, backward, SGD)."""
+    import tensorflow as tf
+    import tf_keras as keras
+
+    from efficientdet_keras import EfficientDetNet
+    from efficientdet_keras.detection.losses import DetectionLoss
+
+    model = EfficientDetNet(config=config)
+    loss_fn = DetectionLoss(config)
+    optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
+    images, labels = batch
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            class_outputs, box_outputs = model(images, training=True)
+            loss = loss_fn(labels, class_outputs, box_outputs)["det_loss"]
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    return median_seconds(lambda: float(step()), max(3, FLAGS.repeats // 3))
+
+
+def pipeline_images_per_second(dataset, batches: int) -> float:
+    """Images/s of a dataset after a warm-up of 2 batches (fills buffers, traces maps)."""
+    iterator = iter(dataset)
+    for _ in range(2):
+        next(iterator)
+    count, start = 0, time.perf_counter()
+    for _ in range(batches):
+        images, _ = next(iterator)
+        count += int(images.shape[0])
+    return count / (time.perf_counter() - start)
+
+
+def pipeline_benchmark_data():
+    """--pipeline_images synthetic training images in --data_dir (written once, then reused), as
+    TFRecords of COCO-like 640x480 JPEGs, so decoding and resizing cost what they do in
+    practice."""
+    from efficientdet_keras.data.synthetic import write_synthetic_dataset
+    return write_synthetic_dataset(FLAGS.data_dir, num_train=FLAGS.pipeline_images, num_val=8,
+                                   image_size=(480, 640), seed=0)
+
+
+def bench_pipeline(config) -> None:
+    from efficientdet_keras.data.pipeline import InputPipeline
+    from efficientdet_keras.data.sources import TFRecordSource
+
+    data = pipeline_benchmark_data()
+    print("%s, batch %d, %d-core machine; synthetic 640x480 JPEG TFRecords"
+          % (config.name, FLAGS.batch_size, os.cpu_count()))
+    print("%-6s %18s %20s %8s" % ("size", "pipeline (img/s)", "train step (img/s)", "ratio"))
+    for size in FLAGS.sizes:
+        sized = config.copy()
+        sized.override({"image_size": int(size), "batch_size": FLAGS.batch_size, "num_classes": 4})
+        pipeline = InputPipeline(sized, TFRecordSource(data.train_tfrecord), is_training=True,
+                                 seed=0)
+        dataset = pipeline()
+        produced = pipeline_images_per_second(dataset, max(10, FLAGS.repeats * 2))
+        consumed = FLAGS.batch_size / train_step_seconds(sized, next(iter(dataset)))
+        print("%-6s %18.1f %20.2f %8.1f" % (size, produced, consumed, produced / consumed))
+
+
+def check_augment_options() -> None:
+    """Raises ValueError naming --augment_options when it lists an unknown row."""
+    unknown = [name for name in FLAGS.augment_options if name not in AUGMENT_OPTIONS]
+    if unknown or not FLAGS.augment_options:
+        raise ValueError("--augment_options: unknown option(s) %s; choose from %s"
+                         % (", ".join(map(repr, unknown)) or "(none given)",
+                            ", ".join(AUGMENT_OPTIONS)))
+
+
+def median_images_per_second(dataset, batches: int, repeats: int) -> float:
+    """Images/s of a dataset: the median over `repeats` runs of `batches` batches, read on from
+    one iterator after a warm-up run (fills buffers, traces the maps)."""
+    iterator = iter(dataset)
+    seconds = median_seconds(lambda: [next(iterator) for _ in range(batches)], repeats)
+    return batches * FLAGS.batch_size / seconds
+
+
+def bench_augment(config) -> None:
+    """Training pipeline images/s per augmentation option (--augment_options), against the
+    images/s a train step of --model_name consumes at the same size and batch."""
+    from efficientdet_keras.data.pipeline import InputPipeline
+    from efficientdet_keras.data.sources import TFRecordSource
+
+    source = TFRecordSource(pipeline_benchmark_data().train_tfrecord)
+    batches = max(2, 32 // FLAGS.batch_size)  # About 32 images per timed run.
+
+    def training_data(hparams):
+        option_config = config.copy()
+        option_config.override({"image_size": FLAGS.image_size, "batch_size": FLAGS.batch_size,
+                                "num_classes": 4})
+        option_config.override(hparams)
+        return option_config, InputPipeline(option_config, source, is_training=True, seed=0)()
+
+    produced = {name: median_images_per_second(training_data(AUGMENT_OPTIONS[name])[1], batches,
+                                               FLAGS.repeats)
+                for name in FLAGS.augment_options}
+    consumed = None
+    if FLAGS.train_step:
+        step_config, dataset = training_data("")
+        consumed = FLAGS.batch_size / train_step_seconds(step_config, next(iter(dataset)))
+    print("%s at %dx%d, batch %d, %d-core machine; %d synthetic 640x480 JPEGs (TFRecords); "
+          "pipeline: median of %d runs of %d images, measured on its own"
+          % (config.name, FLAGS.image_size, FLAGS.image_size, FLAGS.batch_size, os.cpu_count(),
+             FLAGS.pipeline_images, FLAGS.repeats, batches * FLAGS.batch_size))
+    print_augment_table(produced, consumed, config.name)
+
+
+def print_augment_table(produced, consumed, model_name: str) -> None:
+    """A Markdown table: a row per option of `produced` ({option: pipeline images/s}), with
+    the train step's images/s (`consumed`) and the ratio unless consumed is None."""
+    columns = ["option", "--hparams", "pipeline"]
+    if consumed is not None:
+        columns += ["%s train step" % model_name, "ratio"]
+    print("| %s |\n|%s" % (" | ".join(columns), "---|" * len(columns)))
+    for name, images_per_second in produced.items():
+        cells = [name, AUGMENT_OPTIONS[name] or "(flip and scale jitter)",
+                 "%.1f img/s" % images_per_second]
+        if consumed is not None:
+            cells += ["%.2f img/s" % consumed, "%.1fx" % (images_per_second / consumed)]
+        print("| %s |" % " | ".join(cells))
+
+
+def bench_eval(config) -> None:
+    from efficientdet_keras import EfficientDetNet
+    from efficientdet_keras.data.pipeline import InputPipeline
+    from efficientdet_keras.data.sources import TFRecordSource
+    from efficientdet_keras.data.synthetic import write_synthetic_dataset
+    from efficientdet_keras.evaluation import COCOEvaluator, faster_coco_eval_available
+    from efficientdet_keras.evaluation.runner import evaluate_dataset, make_detect_fns
+
+    data = write_synthetic_dataset(os.path.join(FLAGS.data_dir, "eval"), num_train=1,
+                                   num_val=FLAGS.eval_images, image_size=(480, 640), seed=1)
+    config = config.copy()
+    config.override({"image_size": FLAGS.image_size, "num_classes": 4,
+                     "label_map": data.label_map})
+    model = EfficientDetNet(config=config)
+    pipeline = InputPipeline(config, TFRecordSource(data.val_tfrecord), is_training=False,
+                             batch_size=FLAGS.batch_size)
+    evaluator = COCOEvaluator(data.val_json, backend="pycocotools")
+    # A short warm-up traces the network and NMS functions outside the timed run.
+    detect_fns = make_detect_fns(model, config)
+    evaluate_dataset(model, pipeline(), config, evaluator, max_images=FLAGS.batch_size,
+                     progress=False, detect_fns=detect_fns)
+    metrics, timing = evaluate_dataset(model, pipeline(), config, evaluator, progress=False,
+                                       detect_fns=detect_fns)
+    detections = len(evaluator.detection_results())
+    scoring = {"pycocotools": median_seconds(evaluator.result, 3)}
+    if faster_coco_eval_available():
+        evaluator.backend = "faster_coco_eval"
+        scoring["faster_coco_eval"] = median_seconds(evaluator.result, 3)
+    print("%s at %dx%d, batch %d: %d synthetic images, %d detections (untrained weights: "
+          "every image keeps %d)" % (config.name, FLAGS.image_size, FLAGS.image_size,
+                                     FLAGS.batch_size, timing.images, detections,
+                                     config.nms_configs.max_output_size))
+    print("%-42s %8.2f s" % ("network forward", timing.network))
+    print("%-42s %8.2f s" % ("post-processing (decode, top-k, NMS)", timing.postprocess))
+    for backend, seconds in scoring.items():
+        print("%-42s %8.2f s" % ("scoring, %s (median of 3)" % backend, seconds))
+    best = min(scoring.values())
+    print("post-processing + fastest scoring = %.2f of the network time"
+          % ((timing.postprocess + best) / timing.network))
+    if len(scoring) == 2:
+        print("faster-coco-eval / pycocotools time: %.2f"
+              % (scoring["faster_coco_eval"] / scoring["pycocotools"]))
+
+
+def bench_train(config) -> None:
+    import tf_keras as keras
+
+    from efficientdet_keras.data.synthetic import write_synthetic_dataset
+
+    data = write_synthetic_dataset(os.path.join(FLAGS.data_dir, "train"), num_train=64,
+                                   num_val=1, image_size=FLAGS.image_size, seed=2)
+    steps = max(6, FLAGS.repeats)
+    print("%s at %dx%d, batch %d, EfficientDetNetTrain.fit, %d steps per run"
+          % (config.name, FLAGS.image_size, FLAGS.image_size, FLAGS.batch_size, steps))
+    print("%-8s %22s %22s" % ("XLA", "time to first step", "images/s (median)"))
+    for use_xla in (False, True):
+        run_config = config.copy()
+        run_config.override({"image_size": FLAGS.image_size, "batch_size": FLAGS.batch_size,
+                             "num_classes": 4, "jit_compile": use_xla})
+        run = training_run(run_config, data, steps_per_epoch=steps)
+        first_step, ends = timed_fit(run, one_cached_batch(run), steps)
+        step_times = step_seconds(ends, warmup_steps=2)
+        print("%-8s %20.1f s %22.2f" % ("on" if use_xla else "off", first_step,
+                                       FLAGS.batch_size / statistics.median(step_times)))
+        keras.backend.clear_session()
+
+
+def bench_serve(config) -> None:
+    import tempfile
+
+    import numpy as np
+    import tensorflow as tf
+
+    from efficientdet_keras import EfficientDetNet
+    from efficientdet_keras.export.saved_model import export_detector
+
+    config = config.copy()
+    config.override({"image_size": FLAGS.image_size})
+    export_dir = os.path.join(tempfile.mkdtemp(prefix="efficientdet_serve_"), "saved_model")
+    export_detector(EfficientDetNet(config=config), export_dir)
+    detect = tf.saved_model.load(export_dir).signatures["image_bytes"]
+    rng = np.random.default_rng(0)
+    jpegs = [tf.io.encode_jpeg(rng.integers(0, 256, [480, 640, 3], dtype=np.uint8)).numpy()
+             for _ in range(8)]
+    repeats = max(20, FLAGS.repeats)
+    print("%s SavedModel at %dx%d, 640x480 JPEG inputs, median of %d runs (after one warm-up)"
+          % (config.name, FLAGS.image_size, FLAGS.image_size, repeats))
+    for batch in (1, 8):
+        images = tf.constant(jpegs[:batch])
+        seconds = median_seconds(lambda: detect(images=images)["num_detections"].numpy(), repeats)
+        print("batch %d: %8.1f ms per batch, %6.1f ms per image" % (batch, seconds * 1e3,
+                                                                      seconds * 1e3 / batch))
+
+
+def directory_megabytes(path: str) -> float:
+    """Size on disk of a file, or of all files under a folder, in MB (10^6 bytes)."""
+    if os.path.isfile(path):
+        return os.path.getsize(path) / 1e6
+    return sum(os.path.getsize(os.path.join(root, name))
+               for root, _, names in os.walk(path) for name in names) / 1e6
+
+
+def bench_tflite(config) -> None:
+    import tempfile
+
+    import tensorflow as tf
+
+    from efficientdet_keras.export.saved_model import export_detector
+    from efficientdet_keras.export.tflite import export_tflite
+    from efficientdet_keras.inference.loading import load_model_and_config
+
+    del config  # The trained model's own (model_dir/config.yaml, plus --hparams).
+    data = demo_validation_data(FLAGS.model_dir)
+    model, config = load_model_and_config(FLAGS.model_dir, "", FLAGS.model_name, FLAGS.hparams)
+    out_dir = tempfile.mkdtemp(prefix="efficientdet_tflite_bench_")
+    saved_model_dir = export_detector(model, os.path.join(out_dir, "saved_model"))
+    # The raw float32 file runs the package's NMS (nms_configs), as the Keras row does: the
+    # difference to the float32 row is then TFLite_Detection_PostProcess's own NMS.
+    exports = {"TFLite float32": ("float32", "detections"),
+               "TFLite float32 raw": ("float32", "raw"),
+               "TFLite float16": ("float16", "detections"),
+               "TFLite int8": ("int8", "detections")}
+    paths = {name: export_tflite(model, os.path.join(out_dir, "%s-%s.tflite" % kind),
+                                 quantization=kind[0], outputs=kind[1],
+                                 representative_data=data.val_tfrecord)
+             for name, kind in exports.items()}
+    repeats = max(20, FLAGS.repeats)
+    height, width = config.image_size
+    serve = tf.saved_model.load(saved_model_dir).signatures["serving_default"]
+    image = tf.zeros([1, height, width, 3], tf.uint8)
+    rows = [("Keras fp32 / SavedModel", keras_metrics(model, config, data, FLAGS.batch_size),
+             median_seconds(lambda: serve(images=image)["num_detections"].numpy(), repeats),
+             directory_megabytes(saved_model_dir))]
+    for name, path in paths.items():
+        metrics, seconds = tflite_metrics_and_latency(path, data, repeats, FLAGS.batch_size,
+                                                      FLAGS.tflite_threads)
+        rows.append((name, metrics, seconds, directory_megabytes(path)))
+    print("%s at %dx%d from %s; %d validation images; latency: batch 1, median of %d runs, "
+          "%d-core CPU, TFLite with XNNPACK and %d threads; files in %s"
+          % (config.name, height, width, FLAGS.model_dir, data.num_val, repeats, os.cpu_count(),
+             FLAGS.tflite_threads, out_dir))
+    print("%-24s %7s %7s %12s %10s" % ("model", "AP", "AP50", "latency ms", "size MB"))
+    for name, metrics, seconds, megabytes in rows:
+        print("%-24s %7.4f %7.4f %12.1f %10.1f" % (name, metrics["AP"], metrics["AP50"],
+                                                    seconds * 1e3, megabytes))
+
+
+# kills: the demo (D0 on synthetic shapes) at 128 px, 4 epochs of 6 steps, a backup every
+# 3 steps and COCO evaluation every epoch; --hparams adds to (or overrides) these.
+KILL_RUN_HPARAMS = ("image_size=128,batch_size=2,steps_per_epoch=6,num_epochs=4,backup_steps=3,"
+                    "map_freq=1")
+
+
+def kill_run_command(model_dir: str):
+    """The efficientdet-train command the kills benchmark runs (and reruns) in model_dir."""
+    hparams = KILL_RUN_HPARAMS + ("," + FLAGS.hparams if FLAGS.hparams else "")
+    return [sys.executable, "-m", "efficientdet_keras.cli.train", "--demo", "--demo_images=8",
+            "--model_name=%s" % FLAGS.model_name, "--model_dir=%s" % model_dir,
+            "--hparams=%s" % hparams, "--tf_random_seed=1", "--verbosity=1"]
+
+
+def finish_and_check(process, model_dir: str, total_steps: int) -> bool:
+    """Waits for a run to end; whether it ended well with total_steps in its backup."""
+    from efficientdet_keras.training.backup import latest_backup_step
+    if process.wait(3600) != 0:
+        print("the run in %s failed:\n%s" % (model_dir, process.output()))
+        return False
+    return latest_backup_step(model_dir) == total_steps
+
+
+def bench_kills(config) -> None:
+    import random
+    import tempfile
+
+    from benchmarks.kill_harness import FINISHED_STEP, TrainProcess, phase_at_kill
+    config = config.copy()
+    config.override(KILL_RUN_HPARAMS)
+    config.override(FLAGS.hparams)
+    total_steps = config.steps_per_epoch * config.num_epochs
+    rng = random.Random(FLAGS.kill_seed)
+    runs_dir = tempfile.mkdtemp(prefix="efficientdet_kills_")
+    lost, phases, checked_runs = [], [], []
+    model_dir, pending = os.path.join(runs_dir, "run-1"), None  # pending: steps done at a kill.
+    while True:
+        process = TrainProcess(kill_run_command(model_dir))
+        if process.wait_for(FINISHED_STEP, 1800) is None:
+            checked_runs.append(finish_and_check(process, model_dir, total_steps))
+            break
+        if pending is not None:
+            lost.append(pending - process.resumed_step())
+            pending = None
+        if len(lost) >= FLAGS.kills:
+            checked_runs.append(finish_and_check(process, model_dir, total_steps))
+            break
+        time.sleep(rng.uniform(0.0, FLAGS.kill_window))
+        if not process.running():  # It finished first: check it, then a fresh run.
+            checked_runs.append(finish_and_check(process, model_dir, total_steps))
+            model_dir = os.path.join(runs_dir, "run-%d" % (len(checked_runs) + 1))
+            continue
+        pending = process.finished_steps()
+        process.kill()
+        phases.append(phase_at_kill(process, model_dir))
+        print("kill %d at step %d (%s)" % (len(phases), pending, phases[-1]), flush=True)
+    print("%s, %d steps per run (backup_steps %d), runs in %s"
+          % (config.name, total_steps, config.backup_steps, runs_dir))
+    print("kills: %d (%s)" % (len(lost), ", ".join(
+        "%d during %s" % (phases.count(p), p) for p in sorted(set(phases)))))
+    if lost:
+        print("steps lost per kill: median %g, max %d (all: %s)"
+              % (statistics.median(lost), max(lost), " ".join(map(str, lost))))
+    print("runs ended with the step count of an unkilled run (%d): %d of %d"
+          % (total_steps, sum(checked_runs), len(checked_runs)))
+
+
+def bench_short_runs(config) -> None:
+    """D0 from scratch on the demo and the glyphs datasets; --hparams applies to both."""
+    del config  # Each run has its own preset; --hparams is applied on top.
+    from benchmarks.short_runs import bench_short_runs as run_all
+    run_all(FLAGS.short_runs, os.path.join(FLAGS.data_dir, "short_runs"), FLAGS.hparams or None)
+
+
+def speed_settings() -> speed.SpeedSettings:
+    """The speed table's settings, from the flags."""
+    return speed.SpeedSettings(model_name=FLAGS.model_name, hparams=FLAGS.hparams,
+                               repeats=FLAGS.repeats, data_dir=FLAGS.data_dir,
+                               model_dir=FLAGS.model_dir, rows=tuple(FLAGS.speed_rows),
+                               rounds=FLAGS.speed_rounds, scale=FLAGS.speed_scale)
+
+
+def bench_speed(config) -> None:
+    """The speed table (benchmarks/speed.py); each child builds its own config."""
+    del config
+    speed.bench_speed(speed_settings())
+
+
+def main(argv):
+    del argv
+    from efficientdet_keras import get_efficientdet_config
+    try:
+        config = get_efficientdet_config(FLAGS.model_name)
+        config.override(FLAGS.hparams)
+        if FLAGS.what == "postprocess":
+            config.override({"image_size": FLAGS.image_size})
+        if FLAGS.what == "augment":
+            check_augment_options()
+        if FLAGS.what == "speed":
+            speed.check_speed_settings(speed_settings())
+    except ValueError as e:
+        sys.exit("%s: %s" % (PROGRAM, e))
+    {"postprocess": bench_postprocess, "pipeline": bench_pipeline, "eval": bench_eval,
+     "train": bench_train, "serve": bench_serve, "kills": bench_kills,
+     "tflite": bench_tflite, "short_runs": bench_short_runs,
+     "augment": bench_augment, "speed": bench_speed}[FLAGS.what](config)
+
+
+def run():
+    run_app(main, __name__)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,156 @@
+"""The settings of `model_optimizations`: their defaults and checks, as plain data.
+
+`model_optimizations` holds at most one of
+  prune:    magnitude pruning (optimization/pruning.py documents the keys)
+  quantize: quantization-aware training (optimization/quantization.py documents the keys)
+and `{}` (the default) for the plain network. The wrappers that apply the settings live
+in efficientdet_keras.optimization; the checks are here so that checking a config
+imports neither TensorFlow nor tensorflow-model-optimization.
+"""
+
+import re
+from typing import Any, Dict, Mapping
+
+OPTIMIZATIONS = ("prune", "quantize")
+
+PRUNE_SCHEDULES = ("polynomial_decay", "constant_sparsity")
+PRUNE_DEFAULTS: Dict[str, Any] = {
+    "schedule": "polynomial_decay",
+    "target_sparsity": 0.5,
+    "begin_step": 0,
+    "end_step": None,
+    "frequency": 100,
+    "initial_sparsity": 0.0,
+    "power": 3.0,
+    "keep_dense": None,
+}
+# Keys that only shape the polynomial_decay ramp; constant_sparsity rejects them.
+_POLYNOMIAL_ONLY = ("initial_sparsity", "power")
+_PRUNE_KEY_PREFIX = "model_optimizations.prune."
+
+QUANTIZE_DEFAULTS: Dict[str, Any] = {"per_channel": True, "range_decay": 0.999}
+
+
+def check_optimization_settings(settings: Mapping[str, Any]) -> None:
+    """Raises ValueError naming the key when `model_optimizations` is not usable."""
+    if not isinstance(settings, Mapping):
+        raise ValueError("model_optimizations must be a dict with a 'prune' or 'quantize' "
+                         "entry, got %r" % (settings,))
+    unknown = sorted(set(settings) - set(OPTIMIZATIONS))
+    if unknown:
+        raise ValueError("model_optimizations: unknown entry %s; known: %s"
+                         % (", ".join(map(repr, unknown)), ", ".join(OPTIMIZATIONS)))
+    if len(settings) > 1:
+        raise ValueError("model_optimizations: choose one of prune and quantize, not both")
+    for kind, values in settings.items():
+        if values is not None and not isinstance(values, Mapping):
+            raise ValueError("model_optimizations.%s must be a dict of settings (or {}), got %r"
+                             % (kind, values))
+        if kind == "prune":
+            resolve_prune_settings(dict(values or {}))
+        else:
+            check_quantize_settings(dict(values or {}))
+
+
+# --- prune -------------------------------------------------------------------
+
+def resolve_prune_settings(settings: Mapping[str, Any]) -> Dict[str, Any]:
+    """The pruning settings with defaults filled in, checked.
+
+    Raises:
+      ValueError naming the key (model_optimizations.prune.<key>) that is unknown or bad.
+    """
+    unknown = sorted(set(settings) - set(PRUNE_DEFAULTS))
+    if unknown:
+        raise ValueError("%s%s is not a pruning setting; known: %s"
+                         % (_PRUNE_KEY_PREFIX, unknown[0], ", ".join(sorted(PRUNE_DEFAULTS))))
+    resolved = dict(PRUNE_DEFAULTS, **settings)
+    schedule = resolved["schedule"]
+    _require(schedule in PRUNE_SCHEDULES, "schedule", schedule,
+             "one of " + ", ".join(PRUNE_SCHEDULES))
+    if schedule == "constant_sparsity":
+        for key in _POLYNOMIAL_ONLY:
+            _require(key not in settings, key, settings.get(key),
+                     "left out: it applies to schedule polynomial_decay only")
+        if resolved["end_step"] is None:
+            resolved["end_step"] = -1  # tfmot: prune until training ends.
+    _require(_is_fraction(resolved["target_sparsity"]), "target_sparsity",
+             resolved["target_sparsity"], "a number in [0, 1)")
+    _require(_is_fraction(resolved["initial_sparsity"]), "initial_sparsity",
+             resolved["initial_sparsity"], "a number in [0, 1)")
+    _require(_is_int(resolved["begin_step"]) and resolved["begin_step"] >= 0, "begin_step",
+             resolved["begin_step"], "an integer >= 0")
+    _check_end_step(resolved)
+    _require(_is_int(resolved["frequency"]) and resolved["frequency"] >= 1, "frequency",
+             resolved["frequency"], "an integer >= 1")
+    _require(_is_number(resolved["power"]) and resolved["power"] > 0, "power",
+             resolved["power"], "a positive number")
+    _check_keep_dense(resolved["keep_dense"])
+    return resolved
+
+
+def _check_end_step(resolved: Dict[str, Any]) -> None:
+    end_step, begin_step = resolved["end_step"], resolved["begin_step"]
+    if resolved["schedule"] == "polynomial_decay":
+        _require(end_step is not None, "end_step", end_step,
+                 "given for schedule polynomial_decay: the step at which target_sparsity is "
+                 "reached")
+        _require(_is_int(end_step) and end_step > begin_step, "end_step", end_step,
+                 "an integer > begin_step (%r)" % (begin_step,))
+    else:
+        _require(_is_int(end_step) and (end_step == -1 or end_step > begin_step), "end_step",
+                 end_step, "-1 (prune until training ends) or an integer > begin_step (%r)"
+                 % (begin_step,))
+
+
+def _check_keep_dense(pattern) -> None:
+    if pattern is None:
+        return
+    _require(isinstance(pattern, str), "keep_dense", pattern, "a regex of variable names")
+    try:
+        re.compile(pattern)
+    except re.error as e:
+        raise ValueError("%skeep_dense %r is not a valid regex: %s"
+                         % (_PRUNE_KEY_PREFIX, pattern, e))
+
+
+def _require(condition: bool, key: str, value, expected: str) -> None:
+    """Raises the one-line error naming model_optimizations.prune.<key> unless `condition`."""
+    if not condition:
+        raise ValueError("%s%s must be %s; got %r" % (_PRUNE_KEY_PREFIX, key, expected, value))
+
+
+# --- quantize ----------------------------------------------------------------
+
+def check_quantize_settings(settings: Mapping[str, Any]) -> None:
+    """Raises ValueError naming the key when `model_optimizations.quantize` is not usable."""
+    unknown = sorted(set(settings) - set(QUANTIZE_DEFAULTS))
+    if unknown:
+        raise ValueError("model_optimizations.quantize: unknown key %s; known: %s"
+                         % (", ".join(map(repr, unknown)), ", ".join(QUANTIZE_DEFAULTS)))
+    if not isinstance(settings.get("per_channel", True), bool):
+        raise ValueError("model_optimizations.quantize.per_channel must be true or false, got %r"
+                         % (settings["per_channel"],))
+    decay = settings.get("range_decay", QUANTIZE_DEFAULTS["range_decay"])
+    if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0.0 <= decay < 1.0:
+        raise ValueError("model_optimizations.quantize.range_decay must be in [0, 1), got %r"
+                         % (decay,))
+
+
+def quantize_settings_with_defaults(settings: Mapping[str, Any]) -> Dict[str, Any]:
+    """The quantization settings with their defaults filled in (not checked)."""
+    return dict(QUANTIZE_DEFAULTS, **dict(settings or {}))
+
+
+# --- value kinds -------------------------------------------------------------
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_fraction(value) -> bool:
+    return _is_number(value) and 0 <= value < 1

@@ -1,0 +1,210 @@
+"""What each config value may be: types kept by overrides, ranges of single keys, and the
+checks across keys that `validate_config` runs before a model is built.
+
+A wrong value fails here in one line naming the key, instead of as a ZeroDivisionError
+or a shape error deep inside TensorFlow.
+"""
+
+from typing import Any, Dict, Mapping
+
+from efficientdet_keras.config.optimization_settings import check_optimization_settings
+
+# Keys whose values are always stored as tuples; YAML has no tuples, so they
+# are normalised again on load, which keeps save/load round trips exact.
+TUPLE_KEYS = ("image_size",)
+# Keys holding free-form mappings (class id -> name): plain dicts, not nested Configs.
+PLAIN_DICT_KEYS = ("label_map", "model_optimizations")
+# Boolean keys that also take a string (mixed_precision: "float16" or "bfloat16").
+_BOOL_OR_STRING_KEYS = ("mixed_precision",)
+# String keys that also take a list of strings (grappler_off: "auto" or pass names).
+_STRING_OR_LIST_KEYS = ("grappler_off",)
+
+# Names accepted for act_type; the functions live in model/layers.py.
+ACTIVATIONS = ("swish", "silu", "relu", "relu6", "hswish", "leaky_relu")
+
+# Grappler passes grappler_off may name (fields of TensorFlow's RewriterConfig; see
+# training/grappler.py). "second_iteration" is Grappler's second round over all the passes.
+GRAPPLER_PASSES = ("memory_optimization", "arithmetic_optimization", "dependency_optimization",
+                   "constant_folding", "layout_optimizer", "remapping", "loop_optimization",
+                   "shape_optimization", "function_optimization", "second_iteration")
+
+# Values of autoaugment_policy: off, the detection policies v0-v3, RandAugment.
+AUTOAUGMENT_POLICIES = (None, "v0", "v1", "v2", "v3", "randaug")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _in_range(low: float, high: float, high_included: bool = False):
+    """A check that a number lies in [low, high) (or [low, high])."""
+    def check(value):
+        return _is_number(value) and low <= value and (value <= high if high_included
+                                                         else value < high)
+    return check
+
+
+def _is_grappler_setting(value: Any) -> bool:
+    names = [value] if isinstance(value, str) else value
+    return value == "auto" or not value or (
+        isinstance(names, (list, tuple)) and all(name in GRAPPLER_PASSES for name in names))
+
+
+# Single values with a valid range, checked by every override and by validate_config:
+# dotted key -> (check, what the value must be).
+_VALUE_RULES = {
+    **{key: (lambda v: _is_int(v) and v >= 1, "a positive integer") for key in (
+        "batch_size", "num_epochs", "num_classes", "steps_per_execution", "map_freq",
+        "max_instances_per_image", "fpn_num_filters", "fpn_cell_repeats", "box_class_repeats",
+        "num_scales", "nms_configs.max_output_size", "tflite_max_detections")},
+    "steps_per_epoch": (lambda v: v is None or (_is_int(v) and v >= 1),
+                        "none or a positive integer"),
+    "nms_configs.max_nms_inputs": (lambda v: _is_int(v) and v >= 0,
+                                   "a non-negative integer (0 keeps all)"),
+    **{key: (lambda v: _is_number(v) and v > 0, "a positive number") for key in (
+        "learning_rate", "jitter_min", "jitter_max", "batch_norm_epsilon", "anchor_scale")},
+    **{key: (lambda v: _is_number(v) and v >= 0, "a non-negative number") for key in (
+        "lr_warmup_init", "lr_warmup_epoch", "weight_decay", "clip_gradients_norm",
+        "box_loss_weight", "iou_loss_weight", "first_lr_drop_epoch", "second_lr_drop_epoch")},
+    **{key: (_in_range(0.0, 1.0), "a number in [0, 1)") for key in (
+        "momentum", "moving_average_decay", "label_smoothing", "batch_norm_momentum")},
+    **{key: (_in_range(0.0, 1.0, high_included=True), "a number in [0, 1]") for key in (
+        "nms_configs.iou_thresh", "nms_configs.score_thresh")},
+    "nan_recovery_attempts": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
+    "backup_steps": (lambda v: _is_int(v) and v >= 0, "a non-negative integer (0: epoch ends)"),
+    **{key: (lambda v: isinstance(v, bool), "true or false") for key in (
+        "batch_norm_renorm", "grid_mask", "fold_batch_norm", "grad_checkpoint")},
+    **{key: (_in_range(0.0, 1.0, high_included=True), "a probability in [0, 1]") for key in (
+        "mosaic", "mixup")},
+    "mosaic_close_epochs": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
+    "randaugment_num_layers": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
+    "randaugment_magnitude": (_in_range(0.0, 30.0, high_included=True), "a number in [0, 30]"),
+    "autoaugment_policy": (lambda v: v in AUTOAUGMENT_POLICIES,
+                           "none, %s" % ", ".join(p for p in AUTOAUGMENT_POLICIES if p)),
+    "nan_recovery_lr_factor": (lambda v: _is_number(v) and 0 < v < 1, "a number in (0, 1)"),
+    "grappler_off": (_is_grappler_setting, "auto, none or a list of Grappler passes from %s"
+                     % ", ".join(GRAPPLER_PASSES)),
+    "sync_batch_norm": (lambda v: v is None or isinstance(v, bool),
+                        "null (on with more than one replica), true or false"),
+}
+
+
+def check_value(key: str, value: Any) -> None:
+    """Raises ValueError ("Invalid config: batch_size must be a positive integer, got 0")
+    when `value` is outside the valid range of `key` (a dotted key); other keys pass."""
+    rule = _VALUE_RULES.get(key)
+    if rule is not None and not rule[0](value):
+        raise ValueError("Invalid config: %s must be %s, got %r" % (key, rule[1], value))
+
+
+def coerce_like(current: Any, value: Any, key: str) -> Any:
+    """Keeps overrides type-consistent with the current value.
+
+    An integer key takes integers (and whole floats such as 8.0), a float key
+    numbers, a string key strings, a list of numbers numbers; anything else is a
+    ValueError naming the key ("batch_size=8x" fails here, not as a TypeError later).
+    """
+    if current is None or value is None:
+        return value
+    leaf = key.rsplit(".", 1)[-1]
+    if isinstance(current, bool):
+        if isinstance(value, bool) or (isinstance(value, str) and leaf in _BOOL_OR_STRING_KEYS):
+            return value
+        raise ValueError("Config key %s expects true or false, got %r" % (key, value))
+    if isinstance(current, int):
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        _expect(_is_int(value), key, "an integer", value)
+    elif isinstance(current, float):
+        _expect(_is_number(value), key, "a number", value)
+        return float(value)
+    elif isinstance(current, str):
+        if leaf in _STRING_OR_LIST_KEYS and isinstance(value, (list, tuple)):
+            _expect(all(isinstance(v, str) for v in value), key, "strings", value)
+            return list(value)
+        _expect(isinstance(value, str), key, "a string", value)
+    elif isinstance(current, (list, tuple)) and leaf not in TUPLE_KEYS:
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+        if current and all(_is_number(c) for c in current):
+            _expect(bool(items) and all(_is_number(v) for v in items), key, "numbers", value)
+        return items
+    return value
+
+
+def _expect(condition: bool, key: str, expected: str, value: Any) -> None:
+    """Raises the one-line type error naming `key` unless `condition` holds."""
+    if not condition:
+        raise ValueError("Config key %s expects %s, got %r" % (key, expected, value))
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+    """{dotted key: value} of a nested config (label_map stays one value)."""
+    flat = {}
+    for key, value in config.items():
+        if isinstance(value, Mapping) and key not in PLAIN_DICT_KEYS:
+            flat.update(flatten(value, prefix + key + "."))
+        else:
+            flat[prefix + key] = value
+    return flat
+
+
+def validate_config(config):
+    """Checks values that would otherwise fail deep inside TensorFlow; returns `config`
+    (a Config).
+
+    Raises:
+      ValueError naming the key and the accepted values.
+    """
+    def check(condition, message):
+        if not condition:
+            raise ValueError("Invalid config: " + message)
+
+    for key, value in flatten(config.as_dict()).items():
+        check_value(key, value)
+    check(config.min_level >= 1 and config.max_level > config.min_level,
+          "need 1 <= min_level < max_level, got min_level=%s max_level=%s"
+          % (config.min_level, config.max_level))
+    check(config.min_level >= 3 or config.max_level <= 5,
+          "min_level must be at least 3 (levels below come from the backbone)")
+    check(isinstance(config.num_classes, int) and config.num_classes >= 1,
+          "num_classes must be a positive integer, got %r" % (config.num_classes,))
+    check(config.num_scales >= 1 and len(config.aspect_ratios) >= 1,
+          "num_scales and aspect_ratios must not be empty")
+    check(config.fpn_weight_method in ("fastattn", "attn", "channel_attn", "channel_fastattn", "sum"),
+          "fpn_weight_method must be one of fastattn, attn, channel_attn, channel_fastattn, "
+          "sum; got %r" % config.fpn_weight_method)
+    check(config.act_type in ACTIVATIONS,
+          "act_type must be one of %s; got %r" % (", ".join(ACTIVATIONS), config.act_type))
+    check(config.mixed_precision in (False, True, "float16", "bfloat16", "float32", None),
+          "mixed_precision must be false, true, 'float16' or 'bfloat16'; got %r"
+          % (config.mixed_precision,))
+    check(len(config.mean_rgb) in (1, 3) and len(config.stddev_rgb) in (1, 3),
+          "mean_rgb and stddev_rgb need 1 or 3 values")
+    check(not (config.get("grad_checkpoint") and config.get("batch_norm_renorm")),
+          "grad_checkpoint cannot be combined with batch_norm_renorm: renorm's corrections "
+          "read moving statistics that the forward pass has already updated, so the "
+          "recomputed blocks would differ from the forward")
+    check(not (config.get("grad_checkpoint")
+               and "quantize" in (config.get("model_optimizations") or {})),
+          "grad_checkpoint cannot be combined with model_optimizations.quantize: the "
+          "recomputed blocks would move the learned quantization ranges a second time")
+    survival = config.backbone_survival_prob
+    check(survival is None or (_is_number(survival) and 0.0 < survival <= 1.0),
+          "backbone_survival_prob must be none or in (0, 1]; got %r" % (survival,))
+    check(_is_number(config.rmsprop_rho) and 0.0 <= config.rmsprop_rho < 1.0,
+          "rmsprop_rho must be in [0, 1); got %r" % (config.rmsprop_rho,))
+    check(_is_number(config.rmsprop_epsilon) and config.rmsprop_epsilon > 0,
+          "rmsprop_epsilon must be positive; got %r" % (config.rmsprop_epsilon,))
+    check_optimization_settings(config.model_optimizations or {})
+    # The wrappers go where the package builds its convolutions; a hub module's are not.
+    check(not (config.model_optimizations and config.hub_module_url),
+          "model_optimizations (pruning, quantization-aware training) apply to the package's own "
+          "network, not to a TF-Hub module; drop one of model_optimizations and hub_module_url")
+    check(isinstance(config.clip_gradients_per_tensor, bool),
+          "clip_gradients_per_tensor must be true or false; got %r"
+          % (config.clip_gradients_per_tensor,))
+    return config
