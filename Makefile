@@ -1,4 +1,4 @@
-# Two entry points: `make demo` (the main job) and `make test` (the whole suite).
+# Two entry points: `make demo` (the main job) and `make test` (the whole suite, docs included).
 # Each creates or reuses .venv and installs the package with what it needs;
 # pip's download cache is reused, so a second run installs nothing new.
 
@@ -8,14 +8,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: demo test install clean bench
+.PHONY: demo test install clean bench docs
 
 install: $(STAMP)
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade --quiet pip
-	$(BIN)/python -m pip install --quiet -e '.[test,fast_eval,tflite,reports]'
+	$(BIN)/python -m pip install --quiet -e '.[test,fast_eval,tflite,reports,docs]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -24,8 +24,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -ra -n 2 --dist loadfile --durations=25 $(PYTEST_ARGS)
 
+# The docs site in site/; strict, as the test suite builds it: a broken link or reference fails.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache site
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py --what=postprocess

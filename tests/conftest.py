@@ -40,6 +40,6 @@ def reference_dir():
 
 @pytest.fixture(scope="session")
 def two_cpu_strategy():
-    """One MirroredStrategy over the two logical CPUs for the whole session: separate
+    """One MirroredStrategy over the two logical CPUs for the whole test run: separate
     strategy objects in one process can collide on collective-op instance keys."""
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])

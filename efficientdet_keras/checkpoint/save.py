@@ -23,9 +23,9 @@ def save_ckpt(model, ckpt_prefix: str, ema_values: Optional[Mapping[str, tf.Tens
       The checkpoint prefix, now also recorded in the directory's "checkpoint" file.
 
     Raises:
-      fileio.FileWriteError naming the checkpoint when it cannot be written (disk
-      full): no temporary file is left, earlier checkpoints and the state file are
-      unchanged.
+      FileWriteError: the checkpoint cannot be written (disk full); the message names
+        it, no temporary file is left, earlier checkpoints and the state file are
+        unchanged.
     """
     directory = os.path.dirname(os.path.abspath(ckpt_prefix))
     os.makedirs(directory, exist_ok=True)

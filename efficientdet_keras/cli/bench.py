@@ -23,7 +23,8 @@ flags.DEFINE_string("model_name", "", "The model of a checkpoint without config.
                     "(e.g. efficientdet-d0).")
 flags.DEFINE_string("hparams", "", HPARAMS_HELP)
 flags.DEFINE_integer("batch_size", 1, "Images per timed batch.", lower_bound=1)
-flags.DEFINE_integer("runs", 10, "Timed runs.", lower_bound=1)
+flags.DEFINE_integer("runs", 10, "Timed runs of one batch; the median and p90 are "
+                     "taken over them.", lower_bound=1)
 flags.DEFINE_integer("warmup", 3, "Untimed runs first (tracing, caches).", lower_bound=0)
 flags.DEFINE_string("image", "", "An image file, repeated --batch_size times (default: a "
                     "random 640x480 image).")

@@ -36,9 +36,9 @@ TOOL = "efficientdet-eval"
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_name", "efficientdet-d0", "Model, when model_dir has no config.yaml.")
 flags.DEFINE_string("model_dir", "", "Training directory: its config.yaml and checkpoints.")
-flags.DEFINE_string("ckpt", "", "A checkpoint: a prefix, a directory (its latest) or an archive directory "
-                    "(its best), e.g. runs/x/ckpt-3, runs/x/best or runs/x/last; default: "
-                    "latest in model_dir.")
+flags.DEFINE_string("ckpt", "", "A checkpoint: a prefix, a directory (its latest) or an "
+                    "archive directory (its best), e.g. runs/x/ckpt-3, runs/x/best or "
+                    "runs/x/last; default: latest in model_dir.")
 flags.DEFINE_string("hparams", "", HPARAMS_HELP)
 flags.DEFINE_string("val_file_pattern", "", "TFRecord pattern(s) of the evaluation images.")
 flags.DEFINE_string("val_json_file", "", "COCO ground-truth JSON. With --image_dir and no "
@@ -47,14 +47,20 @@ flags.DEFINE_string("val_json_file", "", "COCO ground-truth JSON. With --image_d
 flags.DEFINE_string("image_dir", "", "Image folder of --val_json_file.")
 flags.DEFINE_integer("batch_size", 8, "Images per batch.")
 flags.DEFINE_integer("eval_samples", 0, "Evaluate at most this many images (0: all).")
-flags.DEFINE_enum("nms_method", None, ["hard", "gaussian", "combined"], "Override the NMS method.")
-flags.DEFINE_float("nms_iou_thresh", None, "Override the NMS IoU threshold (hard, combined).")
-flags.DEFINE_float("nms_score_thresh", None, "Override the minimum detection score.")
-flags.DEFINE_integer("nms_max_output_size", None, "Override the detections kept per image.")
-flags.DEFINE_integer("max_nms_inputs", None, "Override the candidates kept before NMS (0: all).")
+flags.DEFINE_enum("nms_method", None, ["hard", "gaussian", "combined"],
+                  "The NMS method (default: the config's nms_configs.method).")
+flags.DEFINE_float("nms_iou_thresh", None, "The NMS IoU threshold, for hard and combined "
+                   "NMS (default: the config's nms_configs.iou_thresh).")
+flags.DEFINE_float("nms_score_thresh", None, "The lowest score of a kept detection (default: "
+                   "the config's nms_configs.score_thresh).")
+flags.DEFINE_integer("nms_max_output_size", None, "Detections kept per image (default: the "
+                     "config's nms_configs.max_output_size).")
+flags.DEFINE_integer("max_nms_inputs", None, "Candidates kept before NMS, 0 for all "
+                     "(default: the config's nms_configs.max_nms_inputs).")
 flags.DEFINE_bool("use_ema", True, "Load EMA weights when the checkpoint has them.")
 flags.DEFINE_enum("backend", "auto", ["auto", "pycocotools", "faster_coco_eval"],
-                  "COCO scoring backend.")
+                  "COCO scoring code: auto uses faster_coco_eval when it is installed, "
+                  "else pycocotools.")
 flags.DEFINE_string("results_json", "", "Write the detections as a COCO results JSON here.")
 flags.DEFINE_bool("continuous", False, "Watch model_dir and evaluate each new checkpoint once.")
 flags.DEFINE_integer("eval_timeout", 0, "Continuous: stop after this many seconds without a new "

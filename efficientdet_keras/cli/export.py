@@ -24,9 +24,9 @@ TOOL = "efficientdet-export"
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_name", "efficientdet-d0", "Model, when model_dir has no config.yaml.")
 flags.DEFINE_string("model_dir", "", "Training directory (config.yaml and checkpoints).")
-flags.DEFINE_string("ckpt", "", "Checkpoint prefix, directory (its latest) or archive directory (its "
-                    "best), e.g. runs/x/ckpt-3, runs/x/best or runs/x/last; default: latest in "
-                    "model_dir.")
+flags.DEFINE_string("ckpt", "", "Checkpoint prefix, directory (its latest) or archive "
+                    "directory (its best), e.g. runs/x/ckpt-3, runs/x/best or runs/x/last; "
+                    "default: latest in model_dir.")
 flags.DEFINE_string("hparams", "", HPARAMS_HELP)
 flags.DEFINE_string("export_dir", "", "Where the SavedModel or hub module is written (replaced "
                     "atomically); tflite: the folder of model.tflite.")

@@ -23,11 +23,15 @@ from efficientdet_keras.inference.images import load_image
 TOOL = "efficientdet-infer"
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 FLAGS = flags.FLAGS
-flags.DEFINE_string("saved_model_dir", "", "A detection SavedModel from efficientdet-export.")
-flags.DEFINE_string("model_dir", "", "Or a training directory (config.yaml and checkpoints).")
-flags.DEFINE_string("ckpt", "", "Or a checkpoint (with --model_name / --hparams).")
-flags.DEFINE_string("tflite", "", "Or a .tflite file from efficientdet-export --format=tflite "
-                    "(with its .tflite.json), run with ai-edge-litert.")
+flags.DEFINE_string("saved_model_dir", "", "The model to run: a detection SavedModel from "
+                    "efficientdet-export (or give --model_dir, --ckpt or --tflite instead).")
+flags.DEFINE_string("model_dir", "", "Instead of --saved_model_dir: a training directory "
+                    "(its config.yaml, and its latest checkpoint unless --ckpt is given).")
+flags.DEFINE_string("ckpt", "", "Instead of --saved_model_dir: a checkpoint, with the "
+                    "config of --model_dir, else --model_name and --hparams.")
+flags.DEFINE_string("tflite", "", "Instead of --saved_model_dir: a .tflite file from "
+                    "efficientdet-export --format=tflite (with its .tflite.json), run with "
+                    "ai-edge-litert.")
 flags.DEFINE_string("model_name", "efficientdet-d0", "Model, when there is no config.yaml.")
 flags.DEFINE_string("hparams", "", HPARAMS_HELP)
 flags.DEFINE_string("input", "", "An image file, a folder of images, or a glob pattern.")

@@ -11,7 +11,8 @@ from absl import flags
 from efficientdet_keras.cli.common import HPARAMS_HELP, run_app
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDet family.")
+flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDet family: "
+                    "efficientdet-d0 ... efficientdet-d7x or efficientdet-lite0 ... lite4.")
 flags.DEFINE_string("hparams", "", HPARAMS_HELP)
 flags.DEFINE_string("ckpt", "", "Optional checkpoint (released or own) to load first.")
 

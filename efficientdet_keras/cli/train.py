@@ -28,7 +28,8 @@ TOOL = "efficientdet-train"
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("mode", "traineval", ["train", "traineval", "eval"],
                   "train; train with COCO evaluation and archiving; or continuous evaluation.")
-flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDet family.")
+flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDet family: "
+                    "efficientdet-d0 ... efficientdet-d7x or efficientdet-lite0 ... lite4.")
 flags.DEFINE_string("model_dir", "", "Where checkpoints, logs and config.yaml go.")
 flags.DEFINE_string("hparams", "", HPARAMS_HELP)
 flags.DEFINE_string("train_file_pattern", "", "TFRecord pattern(s) of the training data.")
@@ -41,7 +42,8 @@ flags.DEFINE_string("image_dir", "", "Image folder of --train_json.")
 flags.DEFINE_integer("batch_size", None, "Global batch size (default: the config's).")
 flags.DEFINE_integer("num_epochs", None, "Epochs (default: the config's).")
 flags.DEFINE_integer("num_examples_per_epoch", None, "Images per epoch (default: count them).")
-flags.DEFINE_integer("eval_samples", None, "Evaluate on at most this many images.")
+flags.DEFINE_integer("eval_samples", None, "Evaluate on at most this many images "
+                     "(default: all).")
 flags.DEFINE_integer("eval_images", 4, "At each COCO evaluation, draw this many validation images "
                      "(ground truth beside the detections) into <model_dir>/eval_images (0: none).")
 flags.DEFINE_integer("steps_per_execution", None, "Steps per tf.function call (default: config).")
@@ -59,7 +61,8 @@ flags.DEFINE_string("tpu_zone", None, "--strategy=tpu: the zone of the --tpu nam
                     "(default: this VM's).")
 flags.DEFINE_bool("use_xla", None, "Compile steps with XLA (default: config jit_compile).")
 flags.DEFINE_string("mixed_precision", None, "false, float16, bfloat16 or true (default: config).")
-flags.DEFINE_integer("tf_random_seed", None, "Seed for repeatable runs.")
+flags.DEFINE_integer("tf_random_seed", None, "Seed of Python, NumPy and TensorFlow, for "
+                     "repeatable runs (default: unseeded).")
 flags.DEFINE_bool("debug", False, "Run eagerly and check tensors for NaN and inf.")
 flags.DEFINE_bool("profile", False, "Profile steps 2-4 into TensorBoard.")
 flags.DEFINE_bool("demo", False, "Train on the built-in synthetic dataset with the packaged "

@@ -1,5 +1,6 @@
-"""What each config value may be: types kept by overrides, ranges of single keys, and the
-checks across keys that `validate_config` runs before a model is built.
+"""What each config value may be: types kept by overrides, ranges and choices of single keys
+(`allowed_values` gives their text to the config reference page), and the checks across keys
+that `validate_config` runs before a model is built.
 
 A wrong value fails here in one line naming the key, instead of as a ZeroDivisionError
 or a shape error deep inside TensorFlow.
@@ -31,6 +32,17 @@ GRAPPLER_PASSES = ("memory_optimization", "arithmetic_optimization", "dependency
 # Values of autoaugment_policy: off, the detection policies v0-v3, RandAugment.
 AUTOAUGMENT_POLICIES = (None, "v0", "v1", "v2", "v3", "randaug")
 
+# Values the code that reads these keys accepts, spelled out here because that code imports
+# TensorFlow and checking a config must not: model/bifpn.py (fusion, pooling),
+# config/precision.py, detection/losses.py and detection/postprocess.py.
+FPN_WEIGHT_METHODS = ("fastattn", "attn", "channel_attn", "channel_fastattn", "sum")
+POOLING_TYPES = ("max", "avg")
+MIXED_PRECISION_VALUES = (False, True, "float16", "bfloat16", "float32", None)
+# For iou_loss_type and nms_configs.method, null and "" also go: the loss is then off (the
+# trainer tests truthiness) and post-processing runs hard NMS.
+IOU_LOSS_TYPES = ("iou", "giou", "diou", "ciou")
+NMS_METHODS = ("hard", "gaussian", "combined")
+
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -48,6 +60,37 @@ def _in_range(low: float, high: float, high_included: bool = False):
     return check
 
 
+def format_value(value: Any) -> str:
+    """A value as YAML and override strings write it: null, true, float16, [1.0, 2.0], 0.001."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        text = "%.10g" % value  # 57.120000000000005 reads as 57.12.
+        return text if any(c in text for c in ".en") else text + ".0"
+    if isinstance(value, (list, tuple)):
+        return "[%s]" % ", ".join(format_value(item) for item in value)
+    if isinstance(value, Mapping):
+        return "{%s}" % ", ".join("%s: %s" % (format_value(k), format_value(v))
+                                  for k, v in value.items())
+    if value == "":
+        return '""'
+    return str(value)
+
+
+def _one_of(*choices):
+    """A rule accepting exactly `choices`, its text naming them ("one of a, b or c")."""
+    names = [format_value(choice) for choice in choices]
+    return (lambda value: value in choices,
+            "one of %s or %s" % (", ".join(names[:-1]), names[-1]))
+
+
+def _is_number_list(value: Any, lengths=None) -> bool:
+    return isinstance(value, (list, tuple)) and bool(value) and \
+        all(_is_number(item) for item in value) and (lengths is None or len(value) in lengths)
+
+
 def _is_grappler_setting(value: Any) -> bool:
     names = [value] if isinstance(value, str) else value
     return value == "auto" or not value or (
@@ -60,37 +103,58 @@ _VALUE_RULES = {
     **{key: (lambda v: _is_int(v) and v >= 1, "a positive integer") for key in (
         "batch_size", "num_epochs", "num_classes", "steps_per_execution", "map_freq",
         "max_instances_per_image", "fpn_num_filters", "fpn_cell_repeats", "box_class_repeats",
-        "num_scales", "nms_configs.max_output_size", "tflite_max_detections")},
+        "num_scales", "nms_configs.max_output_size", "tflite_max_detections",
+        "randaugment_num_layers")},
     "steps_per_epoch": (lambda v: v is None or (_is_int(v) and v >= 1),
                         "none or a positive integer"),
     "nms_configs.max_nms_inputs": (lambda v: _is_int(v) and v >= 0,
                                    "a non-negative integer (0 keeps all)"),
+    **{key: (lambda v: _is_int(v) and v >= 0, "a non-negative integer") for key in (
+        "nan_recovery_attempts", "mosaic_close_epochs")},
+    "backup_steps": (lambda v: _is_int(v) and v >= 0, "a non-negative integer (0: epoch ends)"),
     **{key: (lambda v: _is_number(v) and v > 0, "a positive number") for key in (
-        "learning_rate", "jitter_min", "jitter_max", "batch_norm_epsilon", "anchor_scale")},
+        "learning_rate", "jitter_min", "jitter_max", "batch_norm_epsilon", "anchor_scale",
+        "rmsprop_epsilon")},
     **{key: (lambda v: _is_number(v) and v >= 0, "a non-negative number") for key in (
         "lr_warmup_init", "lr_warmup_epoch", "weight_decay", "clip_gradients_norm",
         "box_loss_weight", "iou_loss_weight", "first_lr_drop_epoch", "second_lr_drop_epoch")},
     **{key: (_in_range(0.0, 1.0), "a number in [0, 1)") for key in (
-        "momentum", "moving_average_decay", "label_smoothing", "batch_norm_momentum")},
+        "momentum", "moving_average_decay", "label_smoothing", "batch_norm_momentum",
+        "rmsprop_rho")},
     **{key: (_in_range(0.0, 1.0, high_included=True), "a number in [0, 1]") for key in (
         "nms_configs.iou_thresh", "nms_configs.score_thresh")},
-    "nan_recovery_attempts": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
-    "backup_steps": (lambda v: _is_int(v) and v >= 0, "a non-negative integer (0: epoch ends)"),
-    **{key: (lambda v: isinstance(v, bool), "true or false") for key in (
-        "batch_norm_renorm", "grid_mask", "fold_batch_norm", "grad_checkpoint")},
     **{key: (_in_range(0.0, 1.0, high_included=True), "a probability in [0, 1]") for key in (
         "mosaic", "mixup")},
-    "mosaic_close_epochs": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
-    "randaugment_num_layers": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
-    "randaugment_magnitude": (_in_range(0.0, 30.0, high_included=True), "a number in [0, 30]"),
-    "autoaugment_policy": (lambda v: v in AUTOAUGMENT_POLICIES,
-                           "none, %s" % ", ".join(p for p in AUTOAUGMENT_POLICIES if p)),
     "nan_recovery_lr_factor": (lambda v: _is_number(v) and 0 < v < 1, "a number in (0, 1)"),
-    "grappler_off": (_is_grappler_setting, "auto, none or a list of Grappler passes from %s"
-                     % ", ".join(GRAPPLER_PASSES)),
+    "randaugment_magnitude": (_in_range(0.0, 30.0, high_included=True), "a number in [0, 30]"),
+    "backbone_survival_prob": (lambda v: v is None or (_is_number(v) and 0 < v <= 1),
+                               "null or a number in (0, 1]"),
+    **{key: (lambda v: isinstance(v, bool), "true or false") for key in (
+        "batch_norm_renorm", "grid_mask", "fold_batch_norm", "grad_checkpoint",
+        "clip_gradients_per_tensor")},
     "sync_batch_norm": (lambda v: v is None or isinstance(v, bool),
                         "null (on with more than one replica), true or false"),
+    "aspect_ratios": (lambda v: _is_number_list(v) and all(r > 0 for r in v),
+                      "a non-empty list of positive numbers"),
+    **{key: (lambda v: _is_number_list(v, lengths=(1, 3)), "a list of 1 or 3 numbers")
+       for key in ("mean_rgb", "stddev_rgb")},
+    "fpn_weight_method": _one_of(*FPN_WEIGHT_METHODS),
+    "pooling_type": _one_of(*POOLING_TYPES),
+    "act_type": _one_of(*ACTIVATIONS),
+    "autoaugment_policy": _one_of(*AUTOAUGMENT_POLICIES),
+    "iou_loss_type": _one_of(None, "", *IOU_LOSS_TYPES),
+    "nms_configs.method": _one_of(None, "", *NMS_METHODS),
+    "mixed_precision": _one_of(*MIXED_PRECISION_VALUES),
+    "grappler_off": (_is_grappler_setting, "auto, none or a list of Grappler passes from %s"
+                     % ", ".join(GRAPPLER_PASSES)),
 }
+
+
+def allowed_values(key: str) -> str:
+    """What `key` (a dotted key) may hold, as the error messages say it; "" when any value
+    of the key's type goes."""
+    rule = _VALUE_RULES.get(key)
+    return rule[1] if rule else ""
 
 
 def check_value(key: str, value: Any) -> None:
@@ -157,7 +221,7 @@ def validate_config(config):
     (a Config).
 
     Raises:
-      ValueError naming the key and the accepted values.
+      ValueError: a value is out of range; the message names the key and the accepted values.
     """
     def check(condition, message):
         if not condition:
@@ -170,20 +234,6 @@ def validate_config(config):
           % (config.min_level, config.max_level))
     check(config.min_level >= 3 or config.max_level <= 5,
           "min_level must be at least 3 (levels below come from the backbone)")
-    check(isinstance(config.num_classes, int) and config.num_classes >= 1,
-          "num_classes must be a positive integer, got %r" % (config.num_classes,))
-    check(config.num_scales >= 1 and len(config.aspect_ratios) >= 1,
-          "num_scales and aspect_ratios must not be empty")
-    check(config.fpn_weight_method in ("fastattn", "attn", "channel_attn", "channel_fastattn", "sum"),
-          "fpn_weight_method must be one of fastattn, attn, channel_attn, channel_fastattn, "
-          "sum; got %r" % config.fpn_weight_method)
-    check(config.act_type in ACTIVATIONS,
-          "act_type must be one of %s; got %r" % (", ".join(ACTIVATIONS), config.act_type))
-    check(config.mixed_precision in (False, True, "float16", "bfloat16", "float32", None),
-          "mixed_precision must be false, true, 'float16' or 'bfloat16'; got %r"
-          % (config.mixed_precision,))
-    check(len(config.mean_rgb) in (1, 3) and len(config.stddev_rgb) in (1, 3),
-          "mean_rgb and stddev_rgb need 1 or 3 values")
     check(not (config.get("grad_checkpoint") and config.get("batch_norm_renorm")),
           "grad_checkpoint cannot be combined with batch_norm_renorm: renorm's corrections "
           "read moving statistics that the forward pass has already updated, so the "
@@ -192,19 +242,9 @@ def validate_config(config):
                and "quantize" in (config.get("model_optimizations") or {})),
           "grad_checkpoint cannot be combined with model_optimizations.quantize: the "
           "recomputed blocks would move the learned quantization ranges a second time")
-    survival = config.backbone_survival_prob
-    check(survival is None or (_is_number(survival) and 0.0 < survival <= 1.0),
-          "backbone_survival_prob must be none or in (0, 1]; got %r" % (survival,))
-    check(_is_number(config.rmsprop_rho) and 0.0 <= config.rmsprop_rho < 1.0,
-          "rmsprop_rho must be in [0, 1); got %r" % (config.rmsprop_rho,))
-    check(_is_number(config.rmsprop_epsilon) and config.rmsprop_epsilon > 0,
-          "rmsprop_epsilon must be positive; got %r" % (config.rmsprop_epsilon,))
     check_optimization_settings(config.model_optimizations or {})
     # The wrappers go where the package builds its convolutions; a hub module's are not.
     check(not (config.model_optimizations and config.hub_module_url),
           "model_optimizations (pruning, quantization-aware training) apply to the package's own "
           "network, not to a TF-Hub module; drop one of model_optimizations and hub_module_url")
-    check(isinstance(config.clip_gradients_per_tensor, bool),
-          "clip_gradients_per_tensor must be true or false; got %r"
-          % (config.clip_gradients_per_tensor,))
     return config

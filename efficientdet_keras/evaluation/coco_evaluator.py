@@ -125,7 +125,7 @@ class COCOEvaluator:
 
         Args:
           image_ids: [B] integers.
-          boxes: [B, N, 4] [ymin, xmin, ymax, xmax] in network-input pixels (multiplied
+          boxes: [B, N, 4] (ymin, xmin, ymax, xmax) in network-input pixels (multiplied
             by image_scales) or original pixels (image_scales None).
           classes: [B, N] ids, <= 0 for padding. is_crowd: [B, N] bool. area: [B, N]
             original pixels^2 (0 or missing: the box area).

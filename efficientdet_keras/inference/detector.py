@@ -110,7 +110,8 @@ class Detector:
           class_ids 1..C, class_names) or `RawOutputs` for one image; a list for a list.
 
         Raises:
-          FileNotFoundError / ValueError naming a missing or undecodable image file.
+          FileNotFoundError: an image file is missing (the message names it).
+          ValueError: an image file cannot be decoded (the message names it).
         """
         arrays, single = image_list(images)
         if only_network:

@@ -29,8 +29,8 @@ class EfficientDetNetTrainHub(EfficientDetNetTrain):
       hub_module_url: a local path, a file:// URL or a hub URL of a feature module.
 
     Raises:
-      ValueError naming the URL when the module cannot be loaded or does not
-      return (class_features, box_features) with one map per level.
+      ValueError: the module cannot be loaded or does not return (class_features,
+        box_features) with one map per level; the message names the URL.
     """
 
     def __init__(self, config, hub_module_url: str = None, **kwargs):

@@ -40,7 +40,7 @@ class EfficientDetNetTrain(EfficientDetNet):
 
     Args:
       config: the model config (or model_name for a family default).
-      Other arguments as EfficientDetNet.
+      **kwargs: the other arguments of EfficientDetNet.
 
     Logged by fit: loss (det_loss + reg_l2_loss), cls_loss, box_loss, det_loss,
     reg_l2_loss, iou_loss (when enabled), gradient_norm (before clipping, epoch

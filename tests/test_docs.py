@@ -1,27 +1,29 @@
-"""The README as a test: every Python snippet, every shell command (but a few named in EXEMPT,
-with the reason) and every settings file runs as written.
+"""The README and the docs pages as a test: every Python snippet, every shell command (but a few
+named in EXEMPT, with the reason) and every settings file runs as written.
 
-They run in a sandbox folder laid out like a user's project, holding every file the README names
+They run in a sandbox folder laid out like a user's project, holding every file the pages name
 (a released-format D0 checkpoint, the hparams folder, small COCO-JSON, TFRecord and VOC datasets,
-photos), in README order. Python snippets share one namespace, as in a reader's session.
+photos), page after page in the site's reading order. The Python snippets of one page share one
+namespace, as they would at a reader's Python prompt.
 """
 
 import fnmatch
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 
 import pytest
 
-from helpers import HPARAMS_DIR, REFERENCE_DIR
-from readme_blocks import readme_blocks
+from doc_blocks import all_blocks, written_pages
+from helpers import HPARAMS_DIR, REFERENCE_DIR, REPO_ROOT
 
-WORKED_EXAMPLE = "Fine-tuning a released checkpoint on your own data"
-BLOCKS = readme_blocks()
+WORKED_EXAMPLE = ("docs/guides/training.md", "Fine-tuning a released checkpoint on your own data")
+BLOCKS = all_blocks()
 PYTHON_BLOCKS = [b for b in BLOCKS if b.language == "python"]
-EXAMPLE_BLOCKS = [b for b in BLOCKS if b.section == WORKED_EXAMPLE]
+EXAMPLE_BLOCKS = [b for b in BLOCKS if (b.page, b.section) == WORKED_EXAMPLE]
 # Commands too long to run here, by their start, with the test that covers them instead.
 EXEMPT = {
     "make demo": "a 5-minute run; test_packaging runs the installed --demo in small",
@@ -50,13 +52,15 @@ EXEMPT = {
         "needs a Cloud TPU; test_distribute runs --strategy=tpu against an address without one "
         "and checks the one-line error and the bfloat16 default",
 }
-# Shell commands outside the worked example (whose test runs its own), in README order.
-COMMANDS = [(b, i, c) for b in BLOCKS if b.language == "sh" and b.section != WORKED_EXAMPLE
+# Shell commands outside the worked example (whose test runs its own), in reading order.
+COMMANDS = [(b, i, c) for b in BLOCKS if b.language == "sh" and b not in EXAMPLE_BLOCKS
             for i, c in enumerate(b.commands())]
 RUN_COMMANDS = [(b, i, c) for b, i, c in COMMANDS if not any(c.startswith(e) for e in EXEMPT)]
-# What README commands expect from an earlier run: runs/demo, here a one-step demo.
+# What the pages' commands expect from an earlier run: runs/demo, here a one-step demo.
 TINY_DEMO = ("efficientdet-train --demo --demo_images=8 --num_epochs=1 "
              "--hparams=steps_per_epoch=1 --model_dir=runs/demo")
+# The front page is a front page: a reader finds the quick starts without scrolling far.
+README_MAX_LINES = 200
 
 
 def _link(target, link):
@@ -80,7 +84,7 @@ def _write_coco_dataset(root, synthetic, name):
 
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory):
-    """A user's project folder with every file the README's snippets and commands name."""
+    """A user's project folder with every file the pages' snippets and commands name."""
     reference = os.path.join(REFERENCE_DIR, "efficientdet-d0")
     if not os.path.isdir(reference):
         pytest.skip("reference checkpoint %s is absent: it lives in ../shared/reference beside "
@@ -109,9 +113,9 @@ def sandbox(tmp_path_factory):
     for split in ("train", "val"):
         make_voc_tree(os.path.join(root, "VOCdevkit", "VOC2012"), split=split)
     os.makedirs(os.path.join(root, "photos"))
-    for file_name in sorted(os.listdir(coco.val_images))[:2]:
-        shutil.copy(os.path.join(coco.val_images, file_name), os.path.join(root, "photos"))
-    for block in BLOCKS:  # The settings files the README asks the reader to write.
+    for file_name, photo in zip(sorted(os.listdir(coco.val_images)), ("street.jpg", "park.jpg")):
+        shutil.copy(os.path.join(coco.val_images, file_name), os.path.join(root, "photos", photo))
+    for block in BLOCKS:  # The settings files the pages ask the reader to write.
         if block.language == "yaml" and block.file_name:
             with open(os.path.join(root, block.file_name), "w") as f:
                 f.write(block.code)
@@ -120,21 +124,32 @@ def sandbox(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def shared_namespace():
-    return {"__name__": "__readme__"}
+def page_namespaces():
+    """One namespace per page: its snippets build on each other, not on other pages'."""
+    return {}
 
 
-def test_readme_has_the_snippets_it_should():
-    assert len(PYTHON_BLOCKS) >= 6
+def test_pages_have_the_snippets_they_should():
+    assert len(written_pages()) >= 10
+    assert len(PYTHON_BLOCKS) >= 10
     assert any(b.language == "sh" for b in EXAMPLE_BLOCKS), \
-        "the worked example %r is missing from the README" % WORKED_EXAMPLE
+        "the worked example %r is missing" % (WORKED_EXAMPLE,)
+    readme = [b for b in BLOCKS if b.page == "README.md"]
+    assert [b.language for b in readme].count("python") >= 2, "the README's quick starts"
+
+
+def test_readme_is_a_front_page():
+    with open(os.path.join(REPO_ROOT, "README.md")) as f:
+        lines = f.read().splitlines()
+    assert len(lines) <= README_MAX_LINES, "README.md has %d lines" % len(lines)
 
 
 @pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=[b.id for b in PYTHON_BLOCKS])
-def test_python_snippet_runs_as_written(block, sandbox, shared_namespace, monkeypatch):
+def test_python_snippet_runs_as_written(block, sandbox, page_namespaces, monkeypatch):
     monkeypatch.chdir(sandbox)
-    code = compile(block.code, "README.md, line %d" % block.line, "exec")
-    exec(code, shared_namespace)  # noqa: S102 - the README is ours
+    code = compile(block.code, "%s, line %d" % (block.page, block.line), "exec")
+    namespace = page_namespaces.setdefault(block.page, {"__name__": "__docs__"})
+    exec(code, namespace)  # noqa: S102 - the docs are ours
 
 
 def _run_command(command, cwd):
@@ -161,7 +176,7 @@ def test_worked_example_json_is_the_layout_the_loader_reads(sandbox, tmp_path):
 
 
 def run_dir_patterns():
-    """The names (glob patterns) the README's run-directory listing explains."""
+    """The names (glob patterns) the worked example's run-directory listing explains."""
     listing = [b for b in EXAMPLE_BLOCKS if b.language == "text"]
     assert len(listing) == 1, "the worked example should list the run directory's files"
     return [line.split()[0].rstrip("/") for line in listing[0].code.splitlines()
@@ -170,7 +185,7 @@ def run_dir_patterns():
 
 def test_worked_example_runs_as_written(sandbox):
     """Runs the example's commands in order and checks that the run directory holds only
-    files the README explains, and every one it promises."""
+    files the guide explains, and every one it promises."""
     commands = [c for b in EXAMPLE_BLOCKS if b.language == "sh" for c in b.commands()]
     assert commands
     outputs = [_run_command(command, sandbox).stdout for command in commands]
@@ -180,21 +195,32 @@ def test_worked_example_runs_as_written(sandbox):
     patterns = run_dir_patterns()
     present = os.listdir(run_dir)
     unexplained = [n for n in present if not any(fnmatch.fnmatch(n, p) for p in patterns)]
-    assert not unexplained, "files the README does not explain: %s" % unexplained
+    assert not unexplained, "files the guide does not explain: %s" % unexplained
     missing = [p for p in patterns if not fnmatch.filter(present, p)]
-    assert not missing, "files the README promises but the run lacks: %s" % missing
+    assert not missing, "files the guide promises but the run lacks: %s" % missing
     with open(os.path.join(run_dir, "coco_metrics.json")) as f:
         assert sorted(json.load(f), key=int) == ["1", "2", "3"]
 
 
 def test_exemptions_name_readme_commands():
-    """Each exemption matches one README command, so the list cannot go stale."""
+    """Each exemption matches a command of the pages, so the list cannot go stale."""
     for start in EXEMPT:
-        assert sum(c.startswith(start) for _, _, c in COMMANDS) == 1, start
+        assert any(c.startswith(start) for _, _, c in COMMANDS), start
 
 
 @pytest.mark.parametrize("command", [c for _, _, c in RUN_COMMANDS],
-                         ids=["line%d-%d" % (b.line, i) for b, i, _ in RUN_COMMANDS])
+                         ids=["%s-line%d-%d" % (b.page, b.line, i) for b, i, _ in RUN_COMMANDS])
 def test_command_runs_as_written(command, sandbox):
     result = _run_command(command, sandbox)
     assert result.stdout.strip() or result.stderr.strip()
+
+
+def test_readme_links_lead_to_files():
+    """The front page is read outside the site (on a code host, in the package metadata), so
+    its links are plain file paths; each must exist."""
+    with open(os.path.join(REPO_ROOT, "README.md")) as f:
+        targets = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", f.read())
+    assert targets
+    missing = [t for t in targets if not t.startswith("http")
+               and not os.path.exists(os.path.join(REPO_ROOT, t))]
+    assert not missing, missing

@@ -1,0 +1,187 @@
+"""The config reference page: every key described, rows that show each key's default and
+allowed values as the code has them, and the allowed values that the checks enforce."""
+
+import glob
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from helpers import REPO_ROOT
+from efficientdet_keras.config import (MODEL_NAMES, PACKAGED_HPARAMS_DIR, get_efficientdet_config,
+                                       validate_config)
+from efficientdet_keras.config.defaults import default_values
+from efficientdet_keras.config.rules import allowed_values, flatten, format_value
+
+HOOK_PATH = os.path.join(REPO_ROOT, "docs", "hooks", "config_reference.py")
+KEYS = flatten(default_values())
+
+
+def load_hook():
+    spec = importlib.util.spec_from_file_location("config_reference", HOOK_PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def hook():
+    return load_hook()
+
+
+def key_rows(page):
+    """{dotted key: [type, default, allowed, meaning]} from the key tables of the page."""
+    key_tables = page.split("## Model presets")[0]
+    rows = {}
+    for line in key_tables.splitlines():
+        if line.startswith("| `"):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+            key = cells[0].strip("`")
+            assert key not in rows, "two rows for %s" % key
+            rows[key] = cells[1:]
+    return rows
+
+
+def test_every_key_has_a_description_and_every_description_a_key(hook):
+    assert hook.missing_descriptions() == []
+
+
+def test_an_undescribed_key_and_a_stale_description_are_reported(hook, monkeypatch):
+    descriptions = dict(hook.KEY_DESCRIPTIONS)
+    del descriptions["batch_size"]
+    descriptions["batch_sise"] = "A key that does not exist."
+    monkeypatch.setattr(hook, "KEY_DESCRIPTIONS", descriptions)
+    assert hook.missing_descriptions() == ["batch_sise", "batch_size"]
+
+
+def test_a_null_default_without_a_type_is_reported(hook, monkeypatch):
+    types = dict(hook.VALUE_TYPES)
+    del types["steps_per_epoch"]
+    monkeypatch.setattr(hook, "VALUE_TYPES", types)
+    assert hook.missing_descriptions() == ["steps_per_epoch"]
+
+
+def test_the_build_stops_when_a_key_has_no_description(hook, monkeypatch):
+    pytest.importorskip("mkdocs")
+    from mkdocs.exceptions import PluginError
+    descriptions = dict(hook.KEY_DESCRIPTIONS)
+    del descriptions["nms_configs.sigma"]
+    monkeypatch.setattr(hook, "KEY_DESCRIPTIONS", descriptions)
+    with pytest.raises(PluginError, match="nms_configs.sigma"):
+        hook.on_files([], config=None)
+
+
+def test_mkdocs_loads_the_hook_and_gets_the_generated_page(hook, tmp_path):
+    pytest.importorskip("mkdocs")
+    from mkdocs.config import load_config
+    from mkdocs.structure.files import Files
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "mkdocs.yml").write_text("site_name: test\nhooks:\n  - %s\n" % HOOK_PATH)
+    config = load_config(str(tmp_path / "mkdocs.yml"))
+    files = config.plugins.on_files(Files([]), config=config)
+    assert files.get_file_from_path("reference/config.md").content_string == hook.render()
+
+
+def test_the_page_has_one_row_per_key_with_its_default_and_allowed_values(hook):
+    rows = key_rows(hook.render())
+    assert list(rows) == list(KEYS)
+    for key, (_, default, allowed, meaning) in rows.items():
+        assert default == "`%s`" % format_value(KEYS[key]), key
+        assert allowed == hook.cell(allowed_values(key)), key
+        assert meaning, key
+    assert rows["batch_size"][:3] == ["int", "`64`", "a positive integer"]
+    assert rows["pooling_type"][2] == "one of max or avg"
+    assert rows["mixed_precision"][1:3] == [
+        "`false`", "one of false, true, float16, bfloat16, float32 or null"]
+    assert rows["aspect_ratios"][:2] == ["list of float", "`[1.0, 2.0, 0.5]`"]
+    assert rows["steps_per_epoch"][:2] == ["int or null", "`null`"]
+    assert rows["alpha"][2] == ""  # Any number goes.
+
+
+def test_the_page_has_one_section_per_group_and_a_preset_table(hook):
+    page = hook.render()
+    headings = re.findall(r"^## (.+)$", page, re.MULTILINE)
+    assert headings == [title for title, _ in hook.SECTIONS] + ["Model presets"]
+    presets = page.split("## Model presets")[1]
+    for name in MODEL_NAMES:
+        assert presets.count("| `%s` |" % name) == 1, name
+    d7x = next(line for line in presets.splitlines() if line.startswith("| `efficientdet-d7x`"))
+    assert "`efficientnet-b7`" in d7x and "`8`" in d7x  # backbone_name and max_level.
+
+
+def test_the_reference_is_built_without_tensorflow():
+    script = ("import importlib.util as u, sys\n"
+              "s = u.spec_from_file_location('h', %r)\n"
+              "m = u.module_from_spec(s); s.loader.exec_module(m); m.render()\n"
+              "assert 'tensorflow' not in sys.modules\n" % HOOK_PATH)
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=REPO_ROOT)
+
+
+@pytest.mark.parametrize("key, bad", [
+    ("act_type", "gelu2"), ("fpn_weight_method", "x"), ("pooling_type", "mean"),
+    ("iou_loss_type", "l1"), ("nms_configs.method", "soft"), ("mixed_precision", "float8"),
+    ("backbone_survival_prob", 0.0), ("backbone_survival_prob", 1.5), ("rmsprop_rho", 1.0),
+    ("rmsprop_epsilon", 0.0), ("mean_rgb", [1.0, 2.0]), ("aspect_ratios", [1.0, -2.0]),
+])
+def test_a_value_outside_the_rule_is_a_one_line_error_naming_the_key(key, bad):
+    config = get_efficientdet_config("efficientdet-d0")
+    before = config.as_dict()
+    expected = "Invalid config: %s must be %s, got %r" % (key, allowed_values(key), bad)
+    with pytest.raises(ValueError) as error:
+        config.override({key: bad})
+    assert str(error.value) == expected and "\n" not in expected
+    assert config.as_dict() == before
+    head, _, leaf = key.rpartition(".")
+    (config[head] if head else config)[leaf] = bad  # Assigned directly: validate_config checks.
+    with pytest.raises(ValueError) as error:
+        validate_config(config)
+    assert str(error.value) == expected
+
+
+def test_clip_gradients_per_tensor_takes_only_true_or_false():
+    config = get_efficientdet_config("efficientdet-d0")
+    config["clip_gradients_per_tensor"] = "yes"
+    with pytest.raises(ValueError, match="^Invalid config: clip_gradients_per_tensor must be "
+                                         "true or false, got 'yes'$"):
+        validate_config(config)
+
+
+def test_the_rules_name_the_values_their_consumers_accept():
+    from efficientdet_keras.config import rules
+    from efficientdet_keras.config.precision import policy_name
+    from efficientdet_keras.detection.losses import IOU_LOSS_TYPES
+    from efficientdet_keras.detection.postprocess import NMS_METHODS
+    from efficientdet_keras.model.bifpn import FUSION_METHODS
+    assert rules.FPN_WEIGHT_METHODS == FUSION_METHODS
+    assert rules.IOU_LOSS_TYPES == IOU_LOSS_TYPES
+    assert rules.NMS_METHODS == NMS_METHODS
+    for value in rules.MIXED_PRECISION_VALUES:
+        policy_name(value)  # Raises for a value the model would refuse.
+
+
+@pytest.mark.parametrize("key, values", [
+    ("fpn_weight_method", ["fastattn", "attn", "channel_attn", "channel_fastattn", "sum"]),
+    ("act_type", ["swish", "silu", "relu", "relu6", "hswish", "leaky_relu"]),
+    ("mixed_precision", [False, True, "float16", "bfloat16", "float32", None]),
+    ("pooling_type", ["max", "avg"]),
+    ("iou_loss_type", [None, "", "iou", "giou", "diou", "ciou"]),
+    ("nms_configs.method", [None, "", "hard", "gaussian", "combined"]),
+    ("backbone_survival_prob", [None, 1.0, 0.8, 1e-3]),
+    ("rmsprop_rho", [0.0, 0.9, 0.999]),
+    ("rmsprop_epsilon", [1e-7, 1e-3, 1.0]),
+    ("clip_gradients_per_tensor", [False, True]),
+    ("mean_rgb", [[127.0], [1.0, 2.0, 3.0]]),
+])
+def test_every_value_the_code_accepts_passes(key, values):
+    for value in values:
+        validate_config(get_efficientdet_config("efficientdet-d0").override({key: value}))
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_every_preset_and_packaged_hparams_file_passes(name):
+    validate_config(get_efficientdet_config(name))
+    for path in sorted(glob.glob(os.path.join(PACKAGED_HPARAMS_DIR, "*.yaml"))):
+        validate_config(get_efficientdet_config(name).override(path))

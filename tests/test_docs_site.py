@@ -1,0 +1,130 @@
+"""The docs site: it builds in strict mode, its API page covers the public API, and no page,
+comment or docstring of the project speaks of the work's history instead of the package."""
+
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tokenize
+
+import pytest
+
+from helpers import REPO_ROOT
+
+# Words about how the work went rather than what the package does: issue numbers, work
+# sessions, machines lent for a while.
+PROCESS_WORDS = re.compile(r"\bissues?\s*#?\d+|\(issue\b|#\d{2,}\b|\bsessions?\b"
+                           r"|\b(?:was|were) lent\b|\blent (?:machines?|GPUs?|TPUs?)\b",
+                           re.IGNORECASE)
+# An abbreviated or full git commit: hex with letters and digits. Only the benchmarks page may
+# name commits, in the header of each table.
+COMMIT_HASH = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b")
+BENCHMARKS_PAGE = os.path.join("docs", "benchmarks.md")
+# pytest's own word for a fixture scope is not about the work.
+ALLOWED = ('scope="session"', '"session"')
+# This file names the words it looks for.
+THIS_FILE = os.path.join("tests", "test_docs_site.py")
+SCANNED_FOLDERS = ("efficientdet_keras", "tests", "tools", "benchmarks", "docs")
+
+
+def _project_files():
+    yield "README.md"
+    for folder in SCANNED_FOLDERS:
+        for root, _, names in os.walk(os.path.join(REPO_ROOT, folder)):
+            for name in sorted(names):
+                path = os.path.relpath(os.path.join(root, name), REPO_ROOT)
+                if name.endswith((".py", ".md", ".yaml", ".yml")) and path != THIS_FILE:
+                    yield path
+    yield "setup.cfg"
+    yield "Makefile"
+
+
+def _python_prose(source):
+    """(line, text, is_comment) of a Python file's comments and strings: the prose in it."""
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return [(t.start[0], t.string, t.type == tokenize.COMMENT) for t in tokens
+            if t.type in (tokenize.COMMENT, tokenize.STRING)]
+
+
+def process_word_findings(path, text):
+    """["path:line: match"] for each process word (and each commit outside the benchmarks
+    page) in a file's prose: all of a Markdown or settings file, a Python file's comments and
+    strings (commits: its comments; strings may hold hex data)."""
+    if path.endswith(".py"):
+        pieces = _python_prose(text)
+    else:
+        pieces = [(1, text, path.endswith(".md") and path != BENCHMARKS_PAGE)]
+    findings = []
+    for first_line, piece, check_hashes in pieces:
+        for offset, line in enumerate(piece.splitlines()):
+            if any(allowed in line for allowed in ALLOWED):
+                continue
+            patterns = [PROCESS_WORDS] + ([COMMIT_HASH] if check_hashes else [])
+            for pattern in patterns:
+                for match in pattern.finditer(line):
+                    findings.append("%s:%d: %s" % (path, first_line + offset, match.group(0)))
+    return findings
+
+
+def test_no_process_words_in_the_project():
+    findings = []
+    for path in _project_files():
+        with open(os.path.join(REPO_ROOT, path), encoding="utf-8") as f:
+            findings += process_word_findings(path, f.read())
+    assert not findings, "history belongs in git, figures on the benchmarks page:\n" + \
+        "\n".join(findings)
+
+
+@pytest.mark.parametrize("path, text", [
+    ("README.md", "Fixed in issue 16, part D."),
+    ("docs/guides/data.md", "Measured a session later."),
+    ("docs/guides/data.md", "on commit 92f1192, 3 runs"),
+    ("tests/test_x.py", '"""Checks the resume (issue 37)."""\n'),
+    ("efficientdet_keras/x.py", "x = 1  # the GPU that was lent\n"),
+    ("efficientdet_keras/x.py", "x = 1  # faster since 40435ef\n"),
+])
+def test_process_words_are_found(path, text):
+    assert process_word_findings(path, text)
+
+
+def test_allowed_words_pass():
+    assert not process_word_findings("docs/guides/x.md", "the averages are lent to the model\n")
+    assert not process_word_findings("tests/conftest.py", '@pytest.fixture(scope="session")\n')
+    assert not process_word_findings(BENCHMARKS_PAGE, "- Commit: `92f1192`\n")
+    assert not process_word_findings("tests/test_x.py", 'key = "0123456789abcdef"\n')
+
+
+def _api_page():
+    with open(os.path.join(REPO_ROOT, "docs", "reference", "api.md")) as f:
+        return f.read()
+
+
+def test_api_page_documents_every_public_name():
+    import efficientdet_keras
+    page = _api_page()
+    for name in efficientdet_keras.__all__:
+        value = getattr(efficientdet_keras, name)
+        if callable(value):
+            assert "::: %s.%s\n" % (value.__module__, name) in page, name
+            assert (value.__doc__ or "").strip(), "%s has no docstring" % name
+        else:
+            assert "efficientdet_keras.%s" % name in page, name
+
+
+def test_site_builds_in_strict_mode(tmp_path):
+    mkdocs = shutil.which("mkdocs", path=os.path.dirname(sys.executable))
+    if mkdocs is None:
+        pytest.skip("mkdocs is not installed: the docs extra (pip install '.[docs]'), which "
+                    "make test installs")
+    site = tmp_path / "site"
+    result = subprocess.run([mkdocs, "build", "--strict", "--site-dir", str(site)],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+                            env=dict(os.environ, NO_MKDOCS_2_WARNING="1"))
+    assert result.returncode == 0, result.stderr[-6000:]
+    with open(site / "reference" / "api.html") as f:
+        api = f.read()
+    assert "train_step" in api and "EfficientDetNetTrain" in api
+    for page in ("config", "cli"):
+        assert (site / "reference" / ("%s.html" % page)).stat().st_size > 10000, page
