@@ -32,12 +32,12 @@ from benchmarks.common import (DATA_DIR, TFLITE_THREADS, demo_validation_data,  
 # memory row adds to them (gradient checkpointing lowers the peak memory of a step but costs
 # time, so the best path uses it for that row alone). Training stays float32 on the best path
 # too: oneDNN's bfloat16 depthwise backward and Eigen's bfloat16 sigmoid are slower on a CPU
-# than their float32 versions (README, Speed). XLA stays off: on a CPU it compiles for long
-# and then trains slower (README, Training speed).
+# than their float32 versions (docs/benchmarks.md). XLA stays off: on a CPU it compiles for long
+# and then trains slower (docs/benchmarks.md, Training with XLA).
 # Inference: infer_runtime "tensorflow" runs the Keras network (BatchNorm folded into the convs
 # when fold, at infer_precision, None for float32); "tflite" runs the float32 .tflite with raw
 # outputs through XNNPACK (one thread per core) and decodes it with the package's own
-# post-processing, so its detections and AP are the Keras model's (README, TFLite).
+# post-processing, so its detections and AP are the Keras model's (docs/guides/export.md).
 SPEED_PATHS = {
     "float32": {"train_hparams": "", "memory_hparams": "", "infer_runtime": "tensorflow",
                 "infer_precision": None, "fold": False},

@@ -184,7 +184,7 @@ def test_int8_export_uses_learned_ranges_and_matches_fake_quantized_outputs(trai
     assert np.abs(_dequantized(interpreter, stem_detail) - keras_stem).max() <= stem_step * 1.001
 
     # The outputs, in steps of their learned ranges: one-step rounding differences of
-    # each layer add up through the ~35 int8 layers (figures in the README). The box
+    # each layer add up through the ~35 int8 layers (figures in the export guide). The box
     # outputs of these untrained weights span only +-0.2, so their step is small.
     steps = {}
     for key, keras_values, point in (("class_outputs", logits, "class_net/class-predict-output"),

@@ -39,7 +39,7 @@ def test_renorm_layers_only_where_the_config_asks_for_them():
 def test_a_tiny_short_run_reports_ap_and_both_loss_ratios(tmp_path):
     lines = []
     # Every augmentation on (mosaic closing for the last epoch), so model.fit trains through
-    # them as the augmentation AP table in the README does.
+    # them as the augmentation AP table of the benchmarks page does.
     augmentation = {"autoaugment_policy": "v0", "grid_mask": True, "mosaic": 1.0,
                     "mosaic_close_epochs": 1, "mixup": 0.5}
     results = run_short_run("glyphs", str(tmp_path), log=lines.append,

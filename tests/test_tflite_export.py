@@ -179,7 +179,7 @@ def run_export_tool(*args):
 
 def test_export_cli_int8_with_representative_data(lite0, data, workdir):
     """The command writes <export_dir>/model.tflite and prints the int8 error check, whose
-    tolerance (QUANTIZED_SCORE_TOLERANCE) is the one the README states."""
+    tolerance (QUANTIZED_SCORE_TOLERANCE) is the one the export guide states."""
     model, float_path = lite0
     model_dir = workdir / "run"
     model_dir.mkdir()

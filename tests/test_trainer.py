@@ -197,7 +197,7 @@ def test_grappler_off_auto_and_bad_names():
         get_efficientdet_config("efficientdet-d0").override({"grappler_off": ["fast"]})
     config = get_efficientdet_config("efficientdet-d0")
     assert config.grappler_off == "auto"
-    config.override("grappler_off=none")  # The README's spelling for every pass on.
+    config.override("grappler_off=none")  # The docs' spelling for every pass on.
     assert resolve_passes(config.grappler_off) == ()
     config.override({"grappler_off": ["memory_optimization", "remapping"]})  # YAML's list.
     assert resolve_passes(config.grappler_off) == ("memory_optimization", "remapping")

@@ -31,7 +31,7 @@ SCALE_GRID = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0)
 RATIO_GRID = (1.5, 2.0, 3.0, 4.0)
 # The share of boxes the suggested anchors may leave to the best-anchor rule. Matching
 # every box is not the aim: a smaller anchor_scale matches small boxes by moving every
-# object to a coarser map, with fewer cells across it. On the README's short-run glyph
+# object to a coarser map, with fewer cells across it. On the short-run glyph
 # data, the anchor_scale that left a few boxes unmatched trained to a better AP than both a
 # larger one (many unmatched) and a smaller one (almost none).
 ENOUGH_MATCHED_UNMATCHED = 0.10

@@ -26,7 +26,7 @@ from efficientdet_keras.detection.postprocess import flatten_outputs
 RAW_TOLERANCE = 1e-4
 BOX_TOLERANCE_PIXELS = 1.0
 SCORE_THRESHOLD = 0.3
-# Max abs score error of a quantized .tflite vs float32 that the checks accept (the README's
+# Max abs score error of a quantized .tflite vs float32 that the checks accept (the export guide's
 # parity section has the errors seen on trained models).
 QUANTIZED_SCORE_TOLERANCE = {"float16": 0.05, "int8": 0.25}
 NUM_CHECK_IMAGES = 4
