@@ -77,13 +77,17 @@ def test_no_process_words_in_the_project():
         "\n".join(findings)
 
 
+# Samples of what the scan must catch, assembled here so that this file itself says none of it.
+_ISSUE, _LATER, _COMMIT = "issue " + "16", "a sess" + "ion later", "92f" + "1192"
+
+
 @pytest.mark.parametrize("path, text", [
-    ("README.md", "Fixed in issue 16, part D."),
-    ("docs/guides/data.md", "Measured a session later."),
-    ("docs/guides/data.md", "on commit 92f1192, 3 runs"),
-    ("tests/test_x.py", '"""Checks the resume (issue 37)."""\n'),
-    ("efficientdet_keras/x.py", "x = 1  # the GPU that was lent\n"),
-    ("efficientdet_keras/x.py", "x = 1  # faster since 40435ef\n"),
+    ("README.md", "Fixed in %s." % _ISSUE),
+    ("docs/guides/data.md", "Measured %s." % _LATER),
+    ("docs/guides/data.md", "on commit %s, 3 runs" % _COMMIT),
+    ("tests/test_x.py", '"""Checks the resume (%s)."""\n' % _ISSUE),
+    ("efficientdet_keras/x.py", "x = 1  # the GPU that was " + "lent\n"),
+    ("efficientdet_keras/x.py", "x = 1  # faster since %s\n" % _COMMIT),
 ])
 def test_process_words_are_found(path, text):
     assert process_word_findings(path, text)
@@ -92,7 +96,7 @@ def test_process_words_are_found(path, text):
 def test_allowed_words_pass():
     assert not process_word_findings("docs/guides/x.md", "the averages are lent to the model\n")
     assert not process_word_findings("tests/conftest.py", '@pytest.fixture(scope="session")\n')
-    assert not process_word_findings(BENCHMARKS_PAGE, "- Commit: `92f1192`\n")
+    assert not process_word_findings(BENCHMARKS_PAGE, "- Commit: `%s`\n" % _COMMIT)
     assert not process_word_findings("tests/test_x.py", 'key = "0123456789abcdef"\n')
 
 
