@@ -4,7 +4,12 @@ small on-disk datasets with known content.
 Fixtures and hooks live in conftest.py; tests import everything else from here.
 """
 
+import contextlib
+import http.server
 import os
+import tarfile
+import threading
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -73,3 +78,75 @@ def write_model_dir(model_dir, config):
     model.build_variables()
     save_ckpt(model, os.path.join(str(model_dir), "ckpt-1"))
     return model
+
+
+class LoopbackServer:
+    """An HTTP server on 127.0.0.1 serving `root` from a thread, recording each path asked
+    for in `requests` (a stand-in for a model hub or a mirror; these machines have no
+    network). Use as a context manager; `url` is its base address."""
+
+    def __init__(self, root, delay_seconds: float = 0.0):
+        self.requests = []
+        self.delay_seconds = delay_seconds  # Before each answer: a slow mirror.
+        server = self
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, directory=str(root), **kwargs)
+
+            def do_GET(self):
+                server.requests.append(self.path)
+                time.sleep(server.delay_seconds)
+                super().do_GET()
+
+            def log_message(self, *args):  # Quiet: the tests read `requests` instead.
+                pass
+
+        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self._httpd.server_address[1]
+
+    def __enter__(self):
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+def write_release_archive(root, name, checkpoint_folder):
+    """The archive of released checkpoint `name` as published (its path below the base
+    address, one folder inside), built from the files of `checkpoint_folder`. Returns the
+    archive's path."""
+    from efficientdet_keras.checkpoint import RELEASED_CHECKPOINTS
+    entry = RELEASED_CHECKPOINTS[name]
+    path = os.path.join(str(root), entry.path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tarfile.open(path, "w:gz") as archive:
+        for file_name in sorted(os.listdir(checkpoint_folder)):
+            if file_name == "checkpoint" or file_name.startswith("model."):
+                archive.add(os.path.join(checkpoint_folder, file_name),
+                            arcname="%s/%s" % (entry.unpacks_to, file_name))
+    return path
+
+
+@contextlib.contextmanager
+def released_models_served(root, folders, cache):
+    """Serves release archives of {name: checkpoint folder} from a LoopbackServer and points
+    the package at it ($EFFICIENTDET_KERAS_BASE_URL) and at `cache`
+    ($EFFICIENTDET_KERAS_HOME) until the block ends. Yields the server."""
+    for name, folder in folders.items():
+        write_release_archive(root, name, folder)
+    saved = {k: os.environ.get(k) for k in ("EFFICIENTDET_KERAS_BASE_URL",
+                                            "EFFICIENTDET_KERAS_HOME")}
+    with LoopbackServer(root) as server:
+        os.environ["EFFICIENTDET_KERAS_BASE_URL"] = server.url
+        os.environ["EFFICIENTDET_KERAS_HOME"] = str(cache)
+        try:
+            yield server
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value

@@ -6,25 +6,20 @@ through `restore_ckpt`, which matches variables by name and shape and reports wh
 
 import collections
 import dataclasses
-import os
 import re
 from typing import List, Mapping, Optional, Tuple
 
 import tensorflow as tf
 from absl import logging
 
-from efficientdet_keras.checkpoint.archive import ARCHIVE_JSON, CheckpointArchive
+from efficientdet_keras.checkpoint.architecture import Architecture, infer_architecture
+from efficientdet_keras.checkpoint.download import checkpoint_location
 from efficientdet_keras.checkpoint.names import EMA_SUFFIX, variable_name, wrapper_state_variables
+from efficientdet_keras.checkpoint.paths import resolve_checkpoint_path
 from efficientdet_keras.checkpoint.save import ensure_built
 
 _OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 _CLASS_BIAS = "class_net/class-predict/bias"
-# Scopes of the released layout, read to tell which model a checkpoint belongs to.
-_BACKBONE_SCOPE = re.compile(r"^(efficientnet-(?:b|lite)\d+)/")
-_FPN_CELL = re.compile(r"^fpn_cells/cell_(\d+)/")
-_CLASS_HEAD_REPEAT = re.compile(r"^class_net/class-(\d+)/")
-_FPN_BN_BETA = re.compile(r"^fpn_cells/cell_0/.*/bn/beta$")
-_DETECTOR_SCOPES = ("fpn_cells/", "resample_p", "class_net/", "box_net/")
 
 
 @dataclasses.dataclass
@@ -48,37 +43,6 @@ class RestoreReport:
         return len(self.loaded) + len(self.loaded_from_ema)
 
 
-def resolve_checkpoint_path(path: str) -> str:
-    """Returns a checkpoint prefix from a prefix, an index file or a directory.
-
-    A directory means its latest checkpoint, except an archive directory (one
-    with archive.json, such as <model_dir>/archive), which means its best.
-
-    Raises:
-      FileNotFoundError naming the path when it holds no checkpoint.
-    """
-    if path.endswith(".index"):
-        path = path[:-len(".index")]
-    if os.path.isdir(path) and os.path.exists(os.path.join(path, ARCHIVE_JSON)):
-        best = CheckpointArchive(path).best()
-        if best is None:
-            raise FileNotFoundError("Archive %s lists no checkpoint yet" % path)
-        return best["path"]
-    if os.path.isdir(path):
-        latest = tf.train.latest_checkpoint(path)
-        if latest is None:
-            # A directory without a "checkpoint" state file but with one index.
-            indices = sorted(f for f in os.listdir(path) if f.endswith(".index"))
-            if len(indices) == 1:
-                latest = os.path.join(path, indices[0][:-len(".index")])
-        if latest is None:
-            raise FileNotFoundError("No checkpoint found in directory %s" % path)
-        return latest
-    if not tf.io.gfile.exists(path + ".index"):
-        raise FileNotFoundError("Checkpoint %s does not exist (no %s.index)" % (path, path))
-    return path
-
-
 def restore_ckpt(model, ckpt_path: str, use_ema: Optional[bool] = None,
                  skip_mismatch: bool = True, exclude: Optional[str] = None,
                  allow_partial: bool = False) -> RestoreReport:
@@ -86,7 +50,10 @@ def restore_ckpt(model, ckpt_path: str, use_ema: Optional[bool] = None,
 
     Args:
       model: an EfficientDetNet (built here if it is not built yet).
-      ckpt_path: a checkpoint prefix, its .index file, or a directory (latest checkpoint).
+      ckpt_path: a checkpoint prefix, its .index file, a directory (latest checkpoint), or
+        the name of a released checkpoint ("efficientdet-d0", "efficientnet-b0"; see
+        checkpoint/released.py), downloaded into the cache on first use. A path that
+        exists wins over a name.
       use_ema: None (default) loads `<name>/ExponentialMovingAverage` values
         wherever the checkpoint has them (the released AP was measured with
         them), whatever the model's own moving_average_decay; False loads the
@@ -114,7 +81,7 @@ def restore_ckpt(model, ckpt_path: str, use_ema: Optional[bool] = None,
         `skip_mismatch=False` and some variables could not be loaded. The model
         is left unchanged.
     """
-    path = resolve_checkpoint_path(ckpt_path)
+    path = resolve_checkpoint_path(checkpoint_location(ckpt_path))
     ensure_built(model)
     reader = tf.train.load_checkpoint(path)
     ckpt_shapes = reader.get_variable_to_shape_map()
@@ -178,7 +145,7 @@ def _plan_restore(model, ckpt_shapes: Mapping[str, list], path: str, use_ema: bo
     return report, assignments
 
 
-def _check_plan(model, report: RestoreReport, ckpt_arch: "Architecture",
+def _check_plan(model, report: RestoreReport, ckpt_arch: Architecture,
                 ckpt_shapes: Mapping[str, list], skip_mismatch: bool, allow_partial: bool) -> None:
     """Raises ValueError when the checkpoint is not one the model can start from."""
     model_arch = infer_architecture({variable_name(v): v.shape.as_list() for v in model.variables})
@@ -212,8 +179,8 @@ def _check_plan(model, report: RestoreReport, ckpt_arch: "Architecture",
                          % (report.path, len(problems), model.name, "; ".join(problems)))
 
 
-def _check_backbone_filled(report: RestoreReport, ckpt_arch: "Architecture",
-                           model_arch: "Architecture") -> None:
+def _check_backbone_filled(report: RestoreReport, ckpt_arch: Architecture,
+                           model_arch: Architecture) -> None:
     """A classification checkpoint must fill every backbone variable: it is all it offers."""
     scope = ckpt_arch.backbone + "/"
     unfilled = [p for p in report.missing + report.mismatched if p.startswith(scope)]
@@ -223,7 +190,7 @@ def _check_backbone_filled(report: RestoreReport, ckpt_arch: "Architecture",
                                      model_arch.describe(), _summarize(unfilled)))
 
 
-def _log_report(model, report: RestoreReport, ckpt_arch: "Architecture",
+def _log_report(model, report: RestoreReport, ckpt_arch: Architecture,
                 ckpt_shapes: Mapping[str, list]) -> None:
     """Writes the one log line of a restore: what was loaded, and what was skipped and why."""
     if report.loaded_from_ema and report.loaded:
@@ -271,67 +238,6 @@ def _summarize(names: List[str], limit: int = 8) -> str:
         return ", ".join(names)
     counts = collections.Counter(name.split("/")[0] for name in names)
     return ", ".join("%s/... (%d)" % (scope, count) for scope, count in counts.items())
-
-
-@dataclasses.dataclass(frozen=True)
-class Architecture:
-    """What variable names and shapes tell about the network that has them.
-
-    backbone: the EfficientNet scope ("efficientnet-b1", "efficientnet-lite0") or None.
-    fpn_num_filters: channels of the BiFPN (None without BiFPN variables).
-    fpn_cell_repeats, box_class_repeats: counts of fpn_cells/cell_<i> and class_net/class-<i>.
-    has_detector_parts: any BiFPN, extra level or head variable at all.
-    """
-    backbone: Optional[str]
-    fpn_num_filters: Optional[int]
-    fpn_cell_repeats: int
-    box_class_repeats: int
-    has_detector_parts: bool
-
-    @property
-    def backbone_only(self) -> bool:
-        """An EfficientNet classification checkpoint (or any backbone without detector parts)."""
-        return self.backbone is not None and not self.has_detector_parts
-
-    def family_names(self) -> List[str]:
-        """The EfficientDet models (config.MODEL_NAMES) with this architecture."""
-        from efficientdet_keras.config import MODEL_NAMES, get_efficientdet_config
-        names = []
-        for name in MODEL_NAMES:
-            config = get_efficientdet_config(name)
-            if (config.backbone_name, config.fpn_num_filters, config.fpn_cell_repeats,
-                    config.box_class_repeats) == (self.backbone, self.fpn_num_filters,
-                                                  self.fpn_cell_repeats, self.box_class_repeats):
-                names.append(name)
-        return names
-
-    def describe(self) -> str:
-        """E.g. "efficientdet-d1 (efficientnet-b1 backbone, 4 BiFPN cells of 88 filters, 3 head
-        repeats)" or "an EfficientNet-b0 classification checkpoint"."""
-        if self.backbone_only:
-            return "an EfficientNet-%s classification checkpoint" % self.backbone.split("-", 1)[1]
-        if not self.has_detector_parts:
-            return "no EfficientDet or EfficientNet model"
-        parts = "%s backbone, %d BiFPN cells of %s filters, %d head repeats" % (
-            self.backbone or "unknown", self.fpn_cell_repeats, self.fpn_num_filters,
-            self.box_class_repeats)
-        names = self.family_names()
-        return "%s (%s)" % (" or ".join(names) if names else "an unlisted EfficientDet variant",
-                            parts)
-
-
-def infer_architecture(shapes: Mapping[str, list]) -> Architecture:
-    """Reads an Architecture from {name: shape}: checkpoint keys or a model's variables."""
-    names = sorted(name for name in shapes if not name.endswith(EMA_SUFFIX))
-    backbones = sorted({m.group(1) for m in map(_BACKBONE_SCOPE.match, names) if m})
-    cells = {m.group(1) for m in map(_FPN_CELL.match, names) if m}
-    head_repeats = {m.group(1) for m in map(_CLASS_HEAD_REPEAT.match, names) if m}
-    fpn_filters = next((list(shapes[n])[0] for n in names if _FPN_BN_BETA.match(n)), None)
-    return Architecture(
-        backbone=backbones[0] if len(backbones) == 1 else None,
-        fpn_num_filters=fpn_filters, fpn_cell_repeats=len(cells),
-        box_class_repeats=len(head_repeats),
-        has_detector_parts=any(n.startswith(_DETECTOR_SCOPES) for n in names))
 
 
 def _restore_object_based(model, path: str) -> RestoreReport:

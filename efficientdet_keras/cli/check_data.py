@@ -70,7 +70,8 @@ def check_flags() -> None:
 def make_source_and_label_map(config):
     """The data source of the flags and the class names to show ({id: name} or None)."""
     from efficientdet_keras.data.sources import RecordsSource, make_source
-    label_map = dict(config.label_map) if isinstance(config.label_map, dict) else None
+    from efficientdet_keras.config.label_maps import label_names
+    label_map = label_names(config.label_map)
     if FLAGS.voc_root:
         from efficientdet_keras.data.voc import VOC_LABEL_MAP, load_voc_records
         label_map = label_map or VOC_LABEL_MAP

@@ -3,7 +3,7 @@
   # One checkpoint (or the latest in --model_dir), on TFRecords or COCO JSON + images:
   efficientdet-eval --model_dir=runs/d0 --val_file_pattern='data/val-*.tfrecord' \\
       --val_json_file=data/val.json
-  efficientdet-eval --model_name=efficientdet-d0 --ckpt=efficientdet-d0/ \\
+  efficientdet-eval --ckpt=efficientdet-d0 \\
       --val_json_file=annotations/instances_val2017.json --image_dir=val2017 \\
       --results_json=detections.json
 
@@ -18,7 +18,8 @@
   efficientdet-eval --model_dir=runs/d0 --val_file_pattern=... --write_images=8
 
 The config comes from <model_dir>/config.yaml when the trainer wrote one, else
-from --model_name; --hparams overrides either. EMA weights are used when the
+from --model_name, else from the released model --ckpt names; --hparams overrides
+any of them. EMA weights are used when the
 checkpoint has them.
 """
 
@@ -34,11 +35,13 @@ from efficientdet_keras.utils.fileio import remove_stale_temporary_files
 
 TOOL = "efficientdet-eval"
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model_name", "efficientdet-d0", "Model, when model_dir has no config.yaml.")
+flags.DEFINE_string("model_name", "", "Model, when there is no config.yaml (default: the "
+                    "model a released --ckpt name stands for, else efficientdet-d0).")
 flags.DEFINE_string("model_dir", "", "Training directory: its config.yaml and checkpoints.")
-flags.DEFINE_string("ckpt", "", "A checkpoint: a prefix, a directory (its latest) or an "
+flags.DEFINE_string("ckpt", "", "A checkpoint: a prefix, a directory (its latest), an "
                     "archive directory (its best), e.g. runs/x/ckpt-3, runs/x/best or "
-                    "runs/x/last; default: latest in model_dir.")
+                    "runs/x/last, or a released model's name such as efficientdet-d0 "
+                    "(downloaded once); default: latest in model_dir.")
 flags.DEFINE_string("hparams", "", HPARAMS_HELP)
 flags.DEFINE_string("val_file_pattern", "", "TFRecord pattern(s) of the evaluation images.")
 flags.DEFINE_string("val_json_file", "", "COCO ground-truth JSON. With --image_dir and no "
@@ -110,7 +113,7 @@ def nms_overrides():
 
 
 def load_config():
-    config = load_run_config(FLAGS.model_dir, FLAGS.model_name, FLAGS.hparams)
+    config = load_run_config(FLAGS.model_dir, FLAGS.model_name, FLAGS.hparams, FLAGS.ckpt)
     config.nms_configs.override(nms_overrides())
     return config
 

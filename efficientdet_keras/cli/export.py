@@ -8,8 +8,8 @@
   efficientdet-export --model_dir=runs/demo --format=tflite --export_dir=exported/demo-int8 \
       --tflite_quantization=int8 --representative_data='data/val-*.tfrecord'
 
-The config comes from <model_dir>/config.yaml when present, else --model_name;
---hparams overrides either (e.g. nms_configs.score_thresh=0.3). EMA weights are
+The config comes from <model_dir>/config.yaml when present, else --model_name, else
+the released model --ckpt names; --hparams overrides any of them (e.g. nms_configs.score_thresh=0.3). EMA weights are
 exported when the checkpoint has them.
 """
 
@@ -22,10 +22,12 @@ from efficientdet_keras.cli.common import (HPARAMS_HELP, load_model_and_config, 
 
 TOOL = "efficientdet-export"
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model_name", "efficientdet-d0", "Model, when model_dir has no config.yaml.")
+flags.DEFINE_string("model_name", "", "Model, when there is no config.yaml (default: the "
+                    "model a released --ckpt name stands for, else efficientdet-d0).")
 flags.DEFINE_string("model_dir", "", "Training directory (config.yaml and checkpoints).")
-flags.DEFINE_string("ckpt", "", "Checkpoint prefix, directory (its latest) or archive "
-                    "directory (its best), e.g. runs/x/ckpt-3, runs/x/best or runs/x/last; "
+flags.DEFINE_string("ckpt", "", "Checkpoint prefix, directory (its latest), archive "
+                    "directory (its best), e.g. runs/x/ckpt-3, runs/x/best or runs/x/last, or "
+                    "a released model's name such as efficientdet-lite0 (downloaded once); "
                     "default: latest in model_dir.")
 flags.DEFINE_string("hparams", "", HPARAMS_HELP)
 flags.DEFINE_string("export_dir", "", "Where the SavedModel or hub module is written (replaced "
@@ -95,7 +97,8 @@ def _is_qat_run() -> bool:
     building the model: its int8 ranges were learned, no calibration images needed."""
     from efficientdet_keras.cli.common import load_run_config
     from efficientdet_keras.optimization import is_quantization_aware
-    return is_quantization_aware(load_run_config(FLAGS.model_dir, FLAGS.model_name, FLAGS.hparams))
+    return is_quantization_aware(load_run_config(FLAGS.model_dir, FLAGS.model_name,
+                                                 FLAGS.hparams, FLAGS.ckpt))
 
 
 def export_tflite_and_check(model):

@@ -1,6 +1,7 @@
 """efficientdet-infer: detect objects in image files and draw them.
 
   efficientdet-infer --saved_model_dir=exported/demo --input=photos/ --output_dir=out/
+  efficientdet-infer --ckpt=efficientdet-lite0 --input=photos/ --output_dir=out/
   efficientdet-infer --model_dir=runs/demo --input='photos/*.jpg' --output_dir=out/ \\
       --score_threshold=0.4 --max_boxes=10
   efficientdet-infer --tflite=exported/demo.tflite --input=photos/ --output_dir=out/
@@ -28,11 +29,13 @@ flags.DEFINE_string("saved_model_dir", "", "The model to run: a detection SavedM
 flags.DEFINE_string("model_dir", "", "Instead of --saved_model_dir: a training directory "
                     "(its config.yaml, and its latest checkpoint unless --ckpt is given).")
 flags.DEFINE_string("ckpt", "", "Instead of --saved_model_dir: a checkpoint, with the "
-                    "config of --model_dir, else --model_name and --hparams.")
+                    "config of --model_dir, else --model_name and --hparams; or a released "
+                    "model's name such as efficientdet-d0 (downloaded once, COCO class names).")
 flags.DEFINE_string("tflite", "", "Instead of --saved_model_dir: a .tflite file from "
                     "efficientdet-export --format=tflite (with its .tflite.json), run with "
                     "ai-edge-litert.")
-flags.DEFINE_string("model_name", "efficientdet-d0", "Model, when there is no config.yaml.")
+flags.DEFINE_string("model_name", "", "Model, when there is no config.yaml (default: the "
+                    "model a released --ckpt name stands for, else efficientdet-d0).")
 flags.DEFINE_string("hparams", "", HPARAMS_HELP)
 flags.DEFINE_string("input", "", "An image file, a folder of images, or a glob pattern.")
 flags.DEFINE_string("output_dir", "", "Where annotated images and detections.json go.")
@@ -58,7 +61,7 @@ def load_detector():
         return Detector(FLAGS.tflite, hparams=FLAGS.hparams)
     if FLAGS.saved_model_dir:
         return Detector(FLAGS.saved_model_dir)
-    config = load_run_config(FLAGS.model_dir, FLAGS.model_name, FLAGS.hparams)
+    config = load_run_config(FLAGS.model_dir, FLAGS.model_name, FLAGS.hparams, FLAGS.ckpt)
     return Detector.from_checkpoint(FLAGS.ckpt or FLAGS.model_dir, config)
 
 

@@ -7,7 +7,11 @@
   efficientdet-train --mode=traineval --model_name=efficientdet-d0 --model_dir=runs/d0 \\
       --train_file_pattern='tfrecord/train-*' --val_file_pattern='tfrecord/val-*' \\
       --val_json_file=val.json --num_examples_per_epoch=5717 --batch_size=8 \\
-      --hparams=voc.yaml --pretrained_ckpt=efficientdet-d0/
+      --hparams=voc.yaml --pretrained_ckpt=efficientdet-d0
+
+--pretrained_ckpt and --backbone_ckpt take a path or a released model's name
+(efficientdet-d0 ... d7x, efficientdet-lite0 ... lite4; efficientnet-b0 ... b7,
+efficientnet-lite0 ... lite4 for --backbone_ckpt), downloaded once into the cache.
 
 Running the same command again resumes from the last backup (every backup_steps
 steps and at each epoch end: weights, optimizer state, EMA, epoch and step). The
@@ -47,8 +51,12 @@ flags.DEFINE_integer("eval_samples", None, "Evaluate on at most this many images
 flags.DEFINE_integer("eval_images", 4, "At each COCO evaluation, draw this many validation images "
                      "(ground truth beside the detections) into <model_dir>/eval_images (0: none).")
 flags.DEFINE_integer("steps_per_execution", None, "Steps per tf.function call (default: config).")
-flags.DEFINE_string("pretrained_ckpt", "", "Released or own checkpoint to start from (its EMA "
-                    "values); the class head is skipped when the class count differs.")
+flags.DEFINE_string("pretrained_ckpt", "", "A detector checkpoint to fine-tune (its EMA values): "
+                    "a path or a released name such as efficientdet-d0; the class head is "
+                    "skipped when the class count differs.")
+flags.DEFINE_string("backbone_ckpt", "", "Start a new detector from an ImageNet backbone: a "
+                    "path or a released name such as efficientnet-b0 (sets the config's "
+                    "backbone_ckpt).")
 flags.DEFINE_string("hub_module_url", "", "Fine-tune a TF-Hub feature module (a path, file:// "
                     "or hub URL) with new prediction heads.")
 flags.DEFINE_enum("strategy", "", ["", "gpus", "multi-worker", "tpu"],
@@ -95,6 +103,7 @@ def check_flags() -> None:
         raise FlagError("--model_dir %s is not writable" % FLAGS.model_dir)
     if FLAGS.eval_images < 0:
         raise FlagError("--eval_images must be >= 0 (0: no images)")
+    check_checkpoint_flags()
     if FLAGS.demo:
         return
     needs_train = FLAGS.mode in ("train", "traineval")
@@ -107,7 +116,7 @@ def check_flags() -> None:
     if needs_val and not (FLAGS.val_file_pattern or (FLAGS.val_json_file and FLAGS.val_image_dir)):
         raise FlagError("--mode=%s needs --val_file_pattern, or --val_json_file with "
                         "--val_image_dir" % FLAGS.mode)
-    for name in ("train_json", "image_dir", "val_json_file", "val_image_dir", "pretrained_ckpt"):
+    for name in ("train_json", "image_dir", "val_json_file", "val_image_dir"):
         value = FLAGS[name].value
         if value and not os.path.exists(value):
             raise FlagError("--%s %s does not exist" % (name, value))
@@ -116,6 +125,20 @@ def check_flags() -> None:
         for pattern in filter(None, (FLAGS[name].value or "").split(",")):
             if not glob.glob(pattern):
                 raise FlagError("--%s %r matches no file" % (name, pattern))
+
+
+def check_checkpoint_flags() -> None:
+    """--pretrained_ckpt and --backbone_ckpt: one of them, each a path or a released name."""
+    if FLAGS.pretrained_ckpt and FLAGS.backbone_ckpt:
+        raise FlagError("give one of --pretrained_ckpt (a detector to fine-tune) and "
+                        "--backbone_ckpt (a backbone to start a new detector from)")
+    from efficientdet_keras.checkpoint.released import RELEASED_CHECKPOINTS
+    for name in ("pretrained_ckpt", "backbone_ckpt"):
+        value = FLAGS[name].value
+        if value and value not in RELEASED_CHECKPOINTS and not (
+                os.path.exists(value) or os.path.exists(value + ".index")):
+            raise FlagError("--%s %s is neither a file or folder nor a released model's name "
+                            "(%s)" % (name, value, ", ".join(RELEASED_CHECKPOINTS)))
 
 
 def build_config(demo_data=None):
@@ -129,7 +152,8 @@ def build_config(demo_data=None):
     config.override(FLAGS.hparams)
     overrides = {"batch_size": FLAGS.batch_size, "num_epochs": FLAGS.num_epochs,
                  "steps_per_execution": FLAGS.steps_per_execution, "jit_compile": FLAGS.use_xla,
-                 "strategy": FLAGS.strategy, "hub_module_url": FLAGS.hub_module_url or None}
+                 "strategy": FLAGS.strategy, "hub_module_url": FLAGS.hub_module_url or None,
+                 "backbone_ckpt": FLAGS.backbone_ckpt or None}
     if FLAGS.mixed_precision is not None:
         from efficientdet_keras.config import parse_scalar
         overrides["mixed_precision"] = parse_scalar(FLAGS.mixed_precision)

@@ -147,7 +147,10 @@ class Config:
                 continue
             current = self._values[key]
             if key in PLAIN_DICT_KEYS and isinstance(value, Mapping):
-                self[key] = _merged_nested(current or {}, value)
+                # A dict adds to a dict; it replaces a named label map ("coco") or null.
+                merged = _merged_nested(current if isinstance(current, Mapping) else {}, value)
+                check_value(full_key, merged)
+                self[key] = merged
             elif isinstance(current, Config) and isinstance(value, Mapping):
                 current._update(value, allow_new_keys, full_key + ".")
             else:

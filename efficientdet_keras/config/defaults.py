@@ -91,6 +91,7 @@ def default_values() -> Dict[str, Any]:
         moving_average_decay=0.9998,
         var_freeze_expr=None,
         var_exclude_expr=None,
+        backbone_ckpt=None,
         hub_module_url=None,
         model_optimizations={},
         # Precision, compilation, distribution.

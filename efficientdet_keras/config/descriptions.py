@@ -31,6 +31,7 @@ VALUE_TYPES: Dict[str, str] = {
     "steps_per_epoch": "int or null",
     "var_freeze_expr": "str (regex) or null",
     "var_exclude_expr": "str (regex) or null",
+    "backbone_ckpt": "str or null",
     "hub_module_url": "str or null",
     "model_optimizations": "dict",
     "mixed_precision": "bool, str or null",
@@ -47,8 +48,9 @@ KEY_DESCRIPTIONS: Dict[str, str] = {
                   "[height, width]; stored as (height, width).",
     "num_classes": "Outputs of the class head: class ids in the data run from 1 to num_classes, "
                    "0 is background (COCO and the released checkpoints: 90).",
-    "label_map": "Class names {class id: name} for per-class AP, drawn detections and the "
-                 "exported label_map.json; null (or a string such as coco) names none.",
+    "label_map": "Class names {class id: name} for per-class AP, drawn detections, results "
+                 "and the exported label files; or a built-in map by name: coco (the 90 ids "
+                 "of the released checkpoints), voc, waymo; null names none.",
     "min_level": "Finest feature level of the BiFPN and heads; level L has a stride of 2^L "
                  "pixels (3: 8 pixels).",
     "max_level": "Coarsest feature level; levels above 5, the backbone's last, are made by "
@@ -187,6 +189,10 @@ KEY_DESCRIPTIONS: Dict[str, str] = {
                        "train all.",
     "var_exclude_expr": "Regex of the variables that loading a pretrained checkpoint leaves at "
                         "their initial values; null: load all that fit.",
+    "backbone_ckpt": "An ImageNet EfficientNet checkpoint that a new run's backbone starts "
+                     "from (a path, or a released name such as efficientnet-b0 or "
+                     "efficientnet-lite0); the BiFPN and heads start from scratch. Not used "
+                     "with a pretrained checkpoint or when resuming.",
     "hub_module_url": "A TF-Hub EfficientDet feature module (a path, file:// or hub URL) to "
                       "fine-tune with new prediction layers; null: the package's own network.",
     "model_optimizations": "Pruning or quantization-aware training: {} (none), {prune: {...}} "

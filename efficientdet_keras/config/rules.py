@@ -8,6 +8,7 @@ or a shape error deep inside TensorFlow.
 
 from typing import Any, Dict, Mapping
 
+from efficientdet_keras.config.label_maps import NAMED_LABEL_MAPS, label_names
 from efficientdet_keras.config.optimization_settings import check_optimization_settings
 
 # Keys whose values are always stored as tuples; YAML has no tuples, so they
@@ -97,6 +98,13 @@ def _is_grappler_setting(value: Any) -> bool:
         isinstance(names, (list, tuple)) and all(name in GRAPPLER_PASSES for name in names))
 
 
+def _is_label_map(value: Any) -> bool:
+    if value is None or isinstance(value, str):
+        return value is None or value in NAMED_LABEL_MAPS
+    return isinstance(value, Mapping) and all(
+        (_is_int(k) or (isinstance(k, str) and k.isdigit())) and int(k) >= 1 for k in value)
+
+
 # Single values with a valid range, checked by every override and by validate_config:
 # dotted key -> (check, what the value must be).
 _VALUE_RULES = {
@@ -145,6 +153,8 @@ _VALUE_RULES = {
     "iou_loss_type": _one_of(None, "", *IOU_LOSS_TYPES),
     "nms_configs.method": _one_of(None, "", *NMS_METHODS),
     "mixed_precision": _one_of(*MIXED_PRECISION_VALUES),
+    "label_map": (_is_label_map, "null, a dict {class id: name} with ids from 1, or one of %s"
+                  % ", ".join(sorted(NAMED_LABEL_MAPS))),
     "grappler_off": (_is_grappler_setting, "auto, none or a list of Grappler passes from %s"
                      % ", ".join(GRAPPLER_PASSES)),
 }
@@ -242,6 +252,10 @@ def validate_config(config):
                and "quantize" in (config.get("model_optimizations") or {})),
           "grad_checkpoint cannot be combined with model_optimizations.quantize: the "
           "recomputed blocks would move the learned quantization ranges a second time")
+    names = label_names(config.label_map)
+    check(not names or max(names) <= config.num_classes,
+          "label_map names class id %s but num_classes is %s: class ids run from 1 to "
+          "num_classes" % (max(names or [0]), config.num_classes))
     check_optimization_settings(config.model_optimizations or {})
     # The wrappers go where the package builds its convolutions; a hub module's are not.
     check(not (config.model_optimizations and config.hub_module_url),

@@ -12,15 +12,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from efficientdet_keras.config.label_maps import VOC_LABEL_MAP
 from efficientdet_keras.data.records import ImageRecord, empty_annotations
-
-# The 20 VOC classes in their usual order; 0 is left for the background.
-VOC_LABEL_MAP: Dict[int, str] = {
-    1: "aeroplane", 2: "bicycle", 3: "bird", 4: "boat", 5: "bottle", 6: "bus", 7: "car",
-    8: "cat", 9: "chair", 10: "cow", 11: "diningtable", 12: "dog", 13: "horse",
-    14: "motorbike", 15: "person", 16: "pottedplant", 17: "sheep", 18: "sofa", 19: "train",
-    20: "tvmonitor",
-}
 
 
 def load_voc_records(voc_root: str, split: str = "train",

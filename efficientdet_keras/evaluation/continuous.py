@@ -19,6 +19,7 @@ from typing import Callable, Dict, List, Optional
 import tensorflow as tf
 from absl import logging
 
+from efficientdet_keras.config.label_maps import label_names
 from efficientdet_keras.checkpoint.archive import ARCHIVE_MONITOR, CheckpointArchive
 from efficientdet_keras.checkpoint import restore_ckpt
 from efficientdet_keras.data.pipeline import InputPipeline
@@ -70,7 +71,7 @@ class CheckpointEvaluation:
             check_source_ids_match(source, annotation_file)
         self.config = config
         self.pipeline = InputPipeline(config, source, is_training=False, batch_size=batch_size)
-        label_map = config.label_map if isinstance(config.label_map, dict) else None
+        label_map = label_names(config.label_map)
         self.evaluator = COCOEvaluator(annotation_file, label_map=label_map, backend=backend)
         self.model = EfficientDetNet(config=config)
         # What runs: BatchNorm folded into the convs (model/folding.py), re-folded for each

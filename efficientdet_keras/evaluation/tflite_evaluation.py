@@ -12,6 +12,7 @@ from typing import List, Optional
 
 import numpy as np
 
+from efficientdet_keras.config.label_maps import label_names
 from efficientdet_keras.data.pipeline import InputPipeline
 from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
 from efficientdet_keras.evaluation.id_check import check_source_ids_match
@@ -81,7 +82,7 @@ class TFLiteEvaluation:
         self.config = detector.config.copy().override({"mixed_precision": False})
         self.pipeline = InputPipeline(self.config, source, is_training=False,
                                       batch_size=batch_size)
-        label_map = self.config.label_map if isinstance(self.config.label_map, dict) else None
+        label_map = label_names(self.config.label_map)
         self.evaluator = COCOEvaluator(annotation_file, label_map=label_map, backend=backend)
         self.max_images, self.progress = max_images, progress
         self.on_detections = on_detections

@@ -13,6 +13,7 @@ import shutil
 
 import tensorflow as tf
 
+from efficientdet_keras.config.label_maps import label_names
 from efficientdet_keras.checkpoint import ensure_built
 from efficientdet_keras.inference.serving_graph import (LABEL_MAP_FILE, DetectionModule,
                                                         inference_network)
@@ -40,8 +41,8 @@ def export_detector(model, export_dir: str, fold_batch_norm: bool = True,
                       "image_bytes": module.detect_encoded,
                       "tf_example": module.detect_examples}
         tf.saved_model.save(module, tmp_dir, signatures=signatures)
-    label_map = model.config.label_map
-    if isinstance(label_map, dict):  # Class names for whoever serves or draws the detections.
+    label_map = label_names(model.config.label_map)
+    if label_map:  # Class names for whoever serves or draws the detections.
         write_json_atomically(os.path.join(tmp_dir, LABEL_MAP_FILE),
                               {str(k): v for k, v in label_map.items()}, indent=None)
     fsync_tree(tmp_dir)  # The rename below publishes complete files only.

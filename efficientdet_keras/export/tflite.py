@@ -27,6 +27,7 @@ from typing import Iterator, Optional
 import numpy as np
 import tensorflow as tf
 
+from efficientdet_keras.config.label_maps import label_names
 from efficientdet_keras.detection.anchors import Anchors, decode_boxes
 from efficientdet_keras.checkpoint import ensure_built
 from efficientdet_keras.inference.tflite_runner import sidecar_path
@@ -71,7 +72,7 @@ def _check_choice(what: str, value: str, choices) -> None:
 
 def sidecar_info(config, outputs: str, quantization: str, input_type: str) -> dict:
     """The sidecar json: what a runner needs to feed the .tflite and decode its outputs."""
-    label_map = config.label_map if isinstance(config.label_map, dict) else None
+    label_map = label_names(config.label_map)
     return {
         "model_name": config.name,
         "image_size": [int(s) for s in config.image_size],

@@ -14,6 +14,7 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 import tensorflow as tf
 
+from efficientdet_keras.config.label_maps import label_names
 from efficientdet_keras.inference.serving_graph import (LABEL_MAP_FILE, DetectionModule,
                                                         preprocess_image)
 from efficientdet_keras.inference.images import group_by_shape
@@ -21,11 +22,6 @@ from efficientdet_keras.inference.results import RawOutputs
 
 NO_RAW_OUTPUTS = ("only_network needs a checkpoint, a model directory or a .tflite exported with "
                   "--tflite_outputs=raw")
-
-
-def dict_label_map(label_map) -> Dict[int, str]:
-    """{id: name} of a config's label_map (a dataset name such as "coco" names nothing)."""
-    return {int(k): str(v) for k, v in label_map.items()} if isinstance(label_map, dict) else {}
 
 
 def graph_detections(outputs, image_sizes) -> List[tuple]:
@@ -76,7 +72,7 @@ class KerasBackend(GraphBackend):
         module = DetectionModule(model, config)
         # The lambda holds the module: its tf.functions hold it only weakly.
         super().__init__(lambda images: module.detect_images(images),
-                         dict_label_map(config.label_map), description)
+                         label_names(config.label_map) or {}, description)
         self.config = config
         height, width = config.image_size
         # One trace for every batch size (only_network, benchmark).
@@ -138,7 +134,7 @@ class TFLiteBackend:
         self.runner = TFLiteDetector(path, num_threads=num_threads,
                                      config_overrides=config_overrides)
         self.config = self.runner.config
-        self.label_map = dict_label_map(self.config.label_map)
+        self.label_map = label_names(self.config.label_map) or {}
         self.description = path
 
     def detect(self, images: List[np.ndarray]) -> List[tuple]:

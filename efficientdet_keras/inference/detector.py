@@ -1,5 +1,6 @@
 """The Python detector: any trained or exported model in, detections in original pixels out.
 
+    detector = Detector("efficientdet-d0")           # a released model by name (COCO names)
     detector = Detector("runs/demo")                 # a training directory (latest checkpoint)
     detector = Detector("exported/demo")             # a detection SavedModel
     detector = Detector("exported/demo.tflite")      # a .tflite file (its .tflite.json beside it)
@@ -28,6 +29,9 @@ class Detector:
 
     Args:
       path: what to load; its kind is recognised (`loading.source_kind`):
+        - the name of a released COCO detector ("efficientdet-d0" ... "efficientdet-d7x",
+          "efficientdet-lite0" ... "efficientdet-lite4"), downloaded into the cache on first
+          use, with the COCO class names; a file or folder of that name wins over the name;
         - a training directory (config.yaml and ckpt-*): its latest checkpoint;
         - a checkpoint: a prefix, its .index, a folder of checkpoints (the latest) or an
           archive folder (the best); the config is model_name's, else the config.yaml of
@@ -47,8 +51,15 @@ class Detector:
     def __init__(self, path, model_name: Optional[str] = None, hparams="",
                  num_threads: Optional[int] = None):
         path = os.fspath(path)
-        kind = loading.source_kind(path)
-        if kind == loading.TFLITE:
+        from efficientdet_keras.checkpoint.released import find_released
+        released = find_released(path)
+        kind = loading.CHECKPOINT if released else loading.source_kind(path)
+        if released:
+            from efficientdet_keras.checkpoint.download import released_checkpoint_dir
+            config = loading.released_config(released, model_name, hparams)
+            folder = released_checkpoint_dir(released.name)
+            self._backend = _keras_backend(config, folder, released.name)
+        elif kind == loading.TFLITE:
             self._backend = _tflite_backend(path, num_threads, hparams)
         elif kind == loading.SAVED_MODEL:
             if hparams:

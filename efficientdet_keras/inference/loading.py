@@ -1,4 +1,5 @@
-"""Finding the config and weights of a model: a training directory, a checkpoint, or an export.
+"""Finding the config and weights of a model: a training directory, a checkpoint, a released
+checkpoint's name, or an export.
 
 Nothing here imports TensorFlow at module level (the command-line tools import this module
 to answer --help at once).
@@ -10,37 +11,63 @@ from typing import Optional
 CONFIG_FILE = "config.yaml"
 SAVED_MODEL_FILE = "saved_model.pb"
 TFLITE_SUFFIX = ".tflite"
+# The model of a checkpoint that names none (no config.yaml, no released name, no model_name).
+DEFAULT_MODEL_NAME = "efficientdet-d0"
 
 # What a Detector can load from, as `source_kind` names it.
 MODEL_DIR, CHECKPOINT, SAVED_MODEL, TFLITE = "model_dir", "checkpoint", "saved_model", "tflite"
 
 
-def load_run_config(model_dir: str, model_name: str, hparams: str):
+def load_run_config(model_dir: str, model_name: str, hparams, ckpt: str = ""):
     """The config of a run: <model_dir>/config.yaml when the trainer wrote one, else the
-    family default of model_name; hparams (a "k=v,..." string, YAML file or dict) overrides
-    either."""
-    from efficientdet_keras.config import Config, get_efficientdet_config
+    family default of model_name, else of the released checkpoint `ckpt` names (with its
+    class names), else of DEFAULT_MODEL_NAME; hparams (a "k=v,..." string, YAML file or
+    dict) overrides any of them."""
+    from efficientdet_keras.checkpoint.released import find_released
+    from efficientdet_keras.config import Config
     config_path = os.path.join(model_dir, CONFIG_FILE) if model_dir else ""
-    config = (Config.from_yaml(config_path) if config_path and os.path.exists(config_path)
-              else get_efficientdet_config(model_name))
+    if config_path and os.path.exists(config_path):
+        return Config.from_yaml(config_path).override(hparams)
+    return released_config(find_released(ckpt), model_name, hparams)
+
+
+def released_config(entry, model_name: Optional[str], hparams):
+    """The config a released detector (a ReleasedCheckpoint, or None) is read with: its
+    model's family default and its class names, or model_name's default (its own when it
+    names another model, which restoring then reports); hparams overrides either.
+
+    Raises:
+      ValueError when `entry` is an ImageNet backbone, which detects nothing.
+    """
+    from efficientdet_keras.checkpoint.released import BACKBONE
+    from efficientdet_keras.config import get_efficientdet_config
+    if entry is not None and entry.kind == BACKBONE:
+        raise ValueError("%s is an ImageNet classification backbone, not a detector: start "
+                         "training from it with backbone_ckpt (--backbone_ckpt)" % entry.name)
+    name = model_name or (entry.model_name if entry else DEFAULT_MODEL_NAME)
+    config = get_efficientdet_config(name)
+    if entry is not None and entry.model_name == name and entry.label_map:
+        config.label_map = entry.label_map
     return config.override(hparams)
 
 
 def load_model_and_config(model_dir: str, ckpt: str, model_name: str, hparams: str,
                           use_ema: Optional[bool] = True):
-    """The config (model_dir/config.yaml or model_name, plus hparams) and its model, restored
-    from `ckpt` (or the latest checkpoint in model_dir) with EMA values where present.
+    """The config (see load_run_config) and its model, restored from `ckpt` (a path or a
+    released checkpoint's name; default: the latest checkpoint in model_dir) with EMA
+    values where present.
 
     use_ema: as restore_ckpt's (True warns when the checkpoint has no EMA values, None
     takes them silently where present).
     """
-    config = load_run_config(model_dir, model_name, hparams)
+    config = load_run_config(model_dir, model_name, hparams, ckpt)
     return restore_model(config, ckpt or model_dir, use_ema=use_ema), config
 
 
 def restore_model(config, ckpt: str, use_ema: Optional[bool] = None):
     """An EfficientDetNet of `config` with every variable restored from `ckpt` (a prefix, a
-    directory or an archive directory; EMA values where the checkpoint has them)."""
+    directory, an archive directory or a released checkpoint's name; EMA values where the
+    checkpoint has them)."""
     from efficientdet_keras.checkpoint import restore_ckpt
     from efficientdet_keras.model import EfficientDetNet
     model = EfficientDetNet(config=config)

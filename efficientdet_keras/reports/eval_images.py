@@ -19,6 +19,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
+from efficientdet_keras.config.label_maps import label_names
 from efficientdet_keras.utils.drawing import draw_boxes, encode_png, side_by_side
 from efficientdet_keras.evaluation.tflite_evaluation import pipeline_images_to_uint8
 from efficientdet_keras.utils.fileio import write_bytes_atomically
@@ -71,7 +72,7 @@ class EvaluationImages:
         self.config = config
         self.num_images = int(num_images)
         self.score_threshold = float(score_threshold)
-        self.label_map = config.label_map if isinstance(config.label_map, dict) else None
+        self.label_map = label_names(config.label_map)
         self.pictures: List[Tuple[int, np.ndarray]] = []  # (image id, picture)
         self._summary_writers: Dict[str, tf.summary.SummaryWriter] = {}
 

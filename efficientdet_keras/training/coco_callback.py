@@ -20,6 +20,7 @@ import tensorflow as tf
 import tf_keras as keras
 from absl import logging
 
+from efficientdet_keras.config.label_maps import label_names
 from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
 from efficientdet_keras.evaluation.runner import evaluate_dataset, format_metrics, make_detect_fns
 from efficientdet_keras.utils.fileio import write_json_atomically
@@ -87,7 +88,7 @@ class COCOCallback(keras.callbacks.Callback):
         super().__init__()
         self.config = config
         self.val_dataset = val_dataset
-        label_map = config.label_map if isinstance(config.label_map, dict) else None
+        label_map = label_names(config.label_map)
         self.evaluator = evaluator or COCOEvaluator(label_map=label_map)
         self.model_dir = model_dir
         self.map_freq = int(map_freq or config.map_freq or 1)

@@ -21,6 +21,7 @@ from typing import List, Optional, Tuple
 import tensorflow as tf
 import tf_keras as keras
 
+from efficientdet_keras.config.label_maps import label_names
 from efficientdet_keras.config import Config
 from efficientdet_keras.data.check import count_records
 from efficientdet_keras.data.pipeline import InputPipeline
@@ -44,7 +45,8 @@ class TrainingRun:
       val_source, val_json: validation data and its COCO JSON ground truth (None: the
         evaluator builds it from the records); no val_source trains without evaluation.
       strategy: a tf.distribute strategy (default: the current one).
-      pretrained_ckpt: a released or own checkpoint to start from (its EMA values).
+      pretrained_ckpt: a checkpoint to start from (its EMA values): a path, or a released
+        detector's name such as "efficientdet-d0" (downloaded once).
       steps_per_epoch: None counts the training images (or takes num_examples_per_epoch)
         and divides by the batch size.
       eval_samples: evaluate on at most this many validation images.
@@ -67,6 +69,10 @@ class TrainingRun:
         self.val_source = val_source
         self.val_json = val_json
         self.strategy = strategy or tf.distribute.get_strategy()
+        if pretrained_ckpt and config.get("backbone_ckpt"):
+            raise ValueError("give one of pretrained_ckpt (%s) and backbone_ckpt (%s): a whole "
+                             "detector to fine-tune, or a backbone to start a new one from"
+                             % (pretrained_ckpt, config.backbone_ckpt))
         self.pretrained_ckpt = pretrained_ckpt
         self.num_examples_per_epoch = num_examples_per_epoch
         self.eval_samples = eval_samples
@@ -88,7 +94,8 @@ class TrainingRun:
 
     def build_model(self) -> EfficientDetNetTrain:
         """The compiled trainer in the strategy's scope: the hub trainer when the config names
-        a hub_module_url, the pretrained checkpoint's EMA values loaded when given."""
+        a hub_module_url, the pretrained checkpoint's EMA values loaded when given, else the
+        config's backbone_ckpt into the backbone. A resumed run's backup replaces either."""
         with self.strategy.scope():
             if self.config.get("hub_module_url"):
                 from efficientdet_keras.training.hub_trainer import EfficientDetNetTrainHub
@@ -97,6 +104,8 @@ class TrainingRun:
                 model = EfficientDetNetTrain(self.config)
             if self.pretrained_ckpt:
                 model.load_pretrained(self.pretrained_ckpt)  # The average restarts there too.
+            elif self.config.get("backbone_ckpt"):
+                model.load_backbone(self.config.backbone_ckpt)
             model.compile(steps_per_epoch=self.steps_per_epoch)
         return model
 
@@ -115,7 +124,7 @@ class TrainingRun:
                                  batch_size=batch_size)()
         if self.eval_samples:
             val_data = val_data.take(-(-self.eval_samples // batch_size))
-        label_map = self.config.label_map if isinstance(self.config.label_map, dict) else None
+        label_map = label_names(self.config.label_map)
         return val_data, COCOEvaluator(self.val_json, label_map=label_map)
 
     def build_callbacks(self, val_data=None, evaluator=None) -> List[keras.callbacks.Callback]:

@@ -21,7 +21,8 @@ from typing import Dict, List, Optional
 import tensorflow as tf
 import tf_keras as keras
 
-from efficientdet_keras.checkpoint import RestoreReport, restore_ckpt, variable_name
+from efficientdet_keras.checkpoint import (RestoreReport, checkpoint_location, infer_architecture,
+                                           resolve_checkpoint_path, restore_ckpt, variable_name)
 from efficientdet_keras.config import Config, get_efficientdet_config
 from efficientdet_keras.detection.losses import DetectionLoss
 from efficientdet_keras.model import EfficientDetNet
@@ -86,7 +87,8 @@ class EfficientDetNetTrain(EfficientDetNet):
         """Loads a released (or own) checkpoint to fine-tune from; the EMA, if any, restarts there.
 
         Args:
-          ckpt_path: a checkpoint prefix, its .index file or a directory.
+          ckpt_path: a checkpoint prefix, its .index file, a directory, or a released
+            checkpoint's name such as "efficientdet-d0" (downloaded once into the cache).
           use_ema: None loads the checkpoint's ExponentialMovingAverage values where it has
             them (what the released AP was measured with), False the plain values.
           allow_partial: accept a checkpoint that fills less than half of the variables.
@@ -101,6 +103,27 @@ class EfficientDetNetTrain(EfficientDetNet):
         if self.ema is not None:
             self.ema.reset_to_model()  # Average from the loaded weights, not the random ones.
         return report
+
+    def load_backbone(self, ckpt_path: str) -> RestoreReport:
+        """Loads an ImageNet EfficientNet checkpoint into the backbone (EMA values where it
+        has them); the BiFPN and heads keep their initial values.
+
+        Args:
+          ckpt_path: a path, or a released backbone's name such as "efficientnet-b0" or
+            "efficientnet-lite0" (downloaded once into the cache).
+
+        Raises:
+          ValueError: the checkpoint holds more than a backbone (a whole detector belongs in
+            load_pretrained), or another backbone than the config's.
+        """
+        path = resolve_checkpoint_path(checkpoint_location(ckpt_path))
+        architecture = infer_architecture(tf.train.load_checkpoint(path)
+                                          .get_variable_to_shape_map())
+        if not architecture.backbone_only:
+            raise ValueError("backbone_ckpt %s holds %s, not an ImageNet backbone: start from "
+                             "it with pretrained_ckpt (--pretrained_ckpt)"
+                             % (ckpt_path, architecture.describe()))
+        return self.load_pretrained(path)
 
     # --- what is trained -----------------------------------------------------
     def is_frozen(self, variable: tf.Variable) -> bool:
