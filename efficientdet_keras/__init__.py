@@ -23,6 +23,7 @@ _EXPORTS = {
     "validate_config": "config",
     # The network and its checkpoints.
     "EfficientDetNet": "model", "restore_ckpt": "checkpoint", "save_ckpt": "checkpoint",
+    "released_checkpoint_dir": "checkpoint", "RELEASED_CHECKPOINTS": "checkpoint",
     # Data.
     "InputPipeline": "data.pipeline", "make_source": "data.sources",
     # Training.

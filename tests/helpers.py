@@ -130,6 +130,20 @@ def write_release_archive(root, name, checkpoint_folder):
     return path
 
 
+def write_backbone_checkpoint(detector_folder, folder):
+    """An ImageNet-checkpoint stand-in in `folder`: the efficientnet-* variables (and their
+    averages) of the detector checkpoint in `detector_folder`, nothing else. Returns folder."""
+    reader = tf.train.load_checkpoint(str(detector_folder))
+    names = sorted(n for n in reader.get_variable_to_shape_map() if n.startswith("efficientnet-"))
+    os.makedirs(str(folder))
+    tf.raw_ops.SaveV2(prefix=os.path.join(str(folder), "model.ckpt"), tensor_names=names,
+                      shape_and_slices=[""] * len(names),
+                      tensors=[reader.get_tensor(n) for n in names])
+    with open(os.path.join(str(folder), "checkpoint"), "w") as f:
+        f.write('model_checkpoint_path: "model.ckpt"\n')
+    return str(folder)
+
+
 @contextlib.contextmanager
 def released_models_served(root, folders, cache):
     """Serves release archives of {name: checkpoint folder} from a LoopbackServer and points

@@ -2,8 +2,9 @@
 named in EXEMPT, with the reason) and every settings file runs as written.
 
 They run in a sandbox folder laid out like a user's project, holding every file the pages name
-(a released-format D0 checkpoint, the hparams folder, small COCO-JSON, TFRecord and VOC datasets,
-photos), page after page in the site's reading order. The Python snippets of one page share one
+(the hparams folder, small COCO-JSON, TFRecord and VOC datasets, photos), page after page in the
+site's reading order. The released models the pages name are served from a loopback HTTP server
+(archives built from ../shared/reference) into a cache of the sandbox's own. The Python snippets of one page share one
 namespace, as they would at a reader's Python prompt.
 """
 
@@ -18,7 +19,8 @@ import sys
 import pytest
 
 from doc_blocks import all_blocks, written_pages
-from helpers import HPARAMS_DIR, REFERENCE_DIR, REPO_ROOT
+from helpers import (HPARAMS_DIR, REFERENCE_DIR, REPO_ROOT, released_models_served,
+                     write_backbone_checkpoint)
 
 WORKED_EXAMPLE = ("docs/guides/training.md", "Fine-tuning a released checkpoint on your own data")
 BLOCKS = all_blocks()
@@ -93,7 +95,6 @@ def sandbox(tmp_path_factory):
     from test_voc import make_voc_tree
 
     root = str(tmp_path_factory.mktemp("readme-project"))
-    _link(reference, os.path.join(root, "efficientdet-d0"))
     _link(HPARAMS_DIR, os.path.join(root, "hparams"))
     _write_coco_dataset(root, 256, "mydata")
 
@@ -119,8 +120,14 @@ def sandbox(tmp_path_factory):
         if block.language == "yaml" and block.file_name:
             with open(os.path.join(root, block.file_name), "w") as f:
                 f.write(block.code)
-    _run_command(TINY_DEMO, root)
-    return root
+    mirror = str(tmp_path_factory.mktemp("released-models"))
+    served = {"efficientdet-d0": reference,
+              "efficientdet-lite0": os.path.join(REFERENCE_DIR, "efficientdet-lite0"),
+              "efficientnet-b0": write_backbone_checkpoint(reference, os.path.join(mirror, "b0"))}
+    with released_models_served(os.path.join(mirror, "bucket"), served,
+                                os.path.join(mirror, "cache")):
+        _run_command(TINY_DEMO, root)
+        yield root
 
 
 @pytest.fixture(scope="module")

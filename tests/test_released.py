@@ -20,7 +20,8 @@ from efficientdet_keras.checkpoint import (RELEASED_CHECKPOINTS, ReleasedCheckpo
 from efficientdet_keras.checkpoint.download import PROVENANCE_FILE
 from efficientdet_keras.config import MODEL_NAMES, get_efficientdet_config
 from efficientdet_keras.config.label_maps import COCO_LABEL_MAP, VOC_LABEL_MAP, label_names
-from helpers import LoopbackServer, released_models_served, tiny_config, write_release_archive
+from helpers import (LoopbackServer, released_models_served, tiny_config,
+                     write_backbone_checkpoint, write_release_archive)
 
 # The ids the COCO annotation files leave unused between 1 and 90.
 COCO_UNUSED_IDS = {12, 26, 29, 30, 45, 66, 68, 69, 71, 83}
@@ -236,22 +237,9 @@ def served_models(published, tmp_path, reference_dir):
     with released_models_served(published / "mirror", {
             "efficientdet-d0": reference_dir("efficientdet-d0"),
             "efficientdet-lite0": reference_dir("efficientdet-lite0"),
-            "efficientnet-b0": _backbone_only(reference_dir("efficientdet-d0"),
-                                              tmp_path / "b0")}, tmp_path / "cache") as server:
+            "efficientnet-b0": write_backbone_checkpoint(reference_dir("efficientdet-d0"),
+                                                         tmp_path / "b0")}, tmp_path / "cache") as server:
         yield server
-
-
-def _backbone_only(detector_folder, folder):
-    """An ImageNet-checkpoint stand-in: the detector's efficientnet-b0 variables alone."""
-    reader = tf.train.load_checkpoint(detector_folder)
-    names = sorted(n for n in reader.get_variable_to_shape_map()
-                   if n.startswith("efficientnet-b0/"))
-    os.makedirs(folder)
-    tf.raw_ops.SaveV2(prefix=os.path.join(str(folder), "model.ckpt"), tensor_names=names,
-                      shape_and_slices=[""] * len(names),
-                      tensors=[reader.get_tensor(n) for n in names])
-    (folder / "checkpoint").write_text('model_checkpoint_path: "model.ckpt"\n')
-    return str(folder)
 
 
 def test_load_pretrained_and_restore_ckpt_take_names(served_models, reference_dir):

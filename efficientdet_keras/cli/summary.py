@@ -11,10 +11,12 @@ from absl import flags
 from efficientdet_keras.cli.common import HPARAMS_HELP, run_app
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDet family: "
-                    "efficientdet-d0 ... efficientdet-d7x or efficientdet-lite0 ... lite4.")
+flags.DEFINE_string("model_name", "", "Model from the EfficientDet family: efficientdet-d0 ... "
+                    "efficientdet-d7x or efficientdet-lite0 ... lite4 (default: the model a "
+                    "released --ckpt name stands for, else efficientdet-d0).")
 flags.DEFINE_string("hparams", "", HPARAMS_HELP)
-flags.DEFINE_string("ckpt", "", "Optional checkpoint (released or own) to load first.")
+flags.DEFINE_string("ckpt", "", "Optional checkpoint to load first: a path or a released "
+                    "model's name such as efficientdet-d0 (downloaded once).")
 
 
 def count_parameters(variables) -> int:
@@ -26,18 +28,21 @@ def main(argv):
     import numpy as np
     import tensorflow as tf
 
-    from efficientdet_keras import EfficientDetNet, get_efficientdet_config, restore_ckpt
+    from efficientdet_keras import EfficientDetNet, restore_ckpt
+    from efficientdet_keras.inference.loading import load_run_config
 
     try:
-        config = get_efficientdet_config(FLAGS.model_name)
-        config.override(FLAGS.hparams)
+        config = load_run_config("", FLAGS.model_name, FLAGS.hparams, FLAGS.ckpt)
     except ValueError as e:  # A bad name or override: one line, no stack trace.
         sys.exit("efficientdet-summary: %s" % e)
     model = EfficientDetNet(config=config)
     height, width = config.image_size
     class_outputs, box_outputs = model(tf.zeros([1, height, width, 3]), training=False)
     if FLAGS.ckpt:
-        report = restore_ckpt(model, FLAGS.ckpt)
+        try:
+            report = restore_ckpt(model, FLAGS.ckpt)
+        except (ValueError, FileNotFoundError) as e:  # Another model, no network: one line.
+            sys.exit("efficientdet-summary: %s" % e)
         print("Loaded %d variables from %s" % (len(report.loaded) + len(report.loaded_from_ema),
                                                 report.path))
 
