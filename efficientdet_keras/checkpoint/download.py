@@ -109,7 +109,8 @@ def released_checkpoint_dir(name: str, cache: Optional[str] = None, base: Option
         with _download_lock(cache, entry):
             if not os.path.isdir(folder):
                 _fetch_into_cache(entry, cache, folder, archive_url(entry, base), timeout)
-    check_release(folder, entry)
+    if not os.path.exists(os.path.join(folder, PROVENANCE_FILE)):
+        check_release(folder, entry)  # Placed by hand; a fetched folder was checked before.
     return folder
 
 
@@ -159,7 +160,7 @@ def _fetch_into_cache(entry: ReleasedCheckpoint, cache: str, folder: str, url: s
         placed = os.path.join(cache, entry.file_name)
         source = placed if os.path.isfile(placed) else url
         if source == placed:  # get_file finds it and downloads nothing.
-            shutil.copyfile(placed, os.path.join(staging, entry.file_name))
+            _link_or_copy(placed, os.path.join(staging, entry.file_name))
         _get_file(entry, staging, url, source, cache, timeout)
         unpacked = os.path.join(staging, entry.unpacks_to)
         if not os.path.isdir(unpacked):
@@ -201,6 +202,14 @@ def _get_file(entry: ReleasedCheckpoint, staging: str, url: str, source: str, ca
             "%s: cannot download %s (%s). Without network, put %s (or the %s/ folder it "
             "unpacks to) in %s, or pass that folder's path instead of the name"
             % (entry.name, url, reason, entry.file_name, entry.unpacks_to, cache)) from e
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    """A hard link where the file system allows one: archives reach hundreds of megabytes."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 @contextlib.contextmanager

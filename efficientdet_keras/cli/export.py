@@ -9,8 +9,8 @@
       --tflite_quantization=int8 --representative_data='data/val-*.tfrecord'
 
 The config comes from <model_dir>/config.yaml when present, else --model_name, else
-the released model --ckpt names; --hparams overrides any of them (e.g. nms_configs.score_thresh=0.3). EMA weights are
-exported when the checkpoint has them.
+the released model --ckpt names; --hparams overrides any of them (e.g.
+nms_configs.score_thresh=0.3). EMA weights are exported when the checkpoint has them.
 """
 
 import os
