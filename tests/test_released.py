@@ -332,3 +332,15 @@ def test_tools_take_names_and_fail_in_one_line_offline(served_models, tmp_path):
     assert last.startswith("efficientdet-export: efficientdet-d3: cannot download http://"), \
         result.stderr[-3000:]
     assert "Traceback" not in result.stderr
+
+
+def test_a_named_label_map_reaches_the_exported_saved_model(tmp_path):
+    """The SavedModel's label_map.json, read back by the Detector of the export, holds the
+    names `label_map: coco` stands for."""
+    import json
+    from efficientdet_keras import Detector, EfficientDetNet, export_detector
+    config = tiny_config("efficientdet-lite0", num_classes=90, label_map="coco")
+    export_dir = export_detector(EfficientDetNet(config=config), str(tmp_path / "served"))
+    with open(os.path.join(export_dir, "label_map.json")) as f:
+        assert {int(k): v for k, v in json.load(f).items()} == COCO_LABEL_MAP
+    assert Detector(export_dir).label_map == COCO_LABEL_MAP
