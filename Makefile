@@ -6,6 +6,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+# The device clients (MediaPipe, Task Library) that the tests run exported files with; their
+# pins conflict with the package's, so they live in an environment of their own.
+CLIENTS := .venv-clients
+CLIENTS_STAMP := $(CLIENTS)/.installed-stamp
 PYTEST_ARGS ?=
 
 .PHONY: demo test install clean bench docs
@@ -15,13 +19,18 @@ install: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade --quiet pip
-	$(BIN)/python -m pip install --quiet -e '.[test,fast_eval,tflite,reports,docs]'
+	$(BIN)/python -m pip install --quiet -e '.[test,fast_eval,tflite,reports,docs,onnx]'
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/efficientdet-train --demo --model_dir=runs/demo
 
-test: $(STAMP)
+$(CLIENTS_STAMP): tests/clients/requirements.txt
+	test -x $(CLIENTS)/bin/python || $(PYTHON) -m venv $(CLIENTS)
+	$(CLIENTS)/bin/python -m pip install --quiet -r tests/clients/requirements.txt
+	touch $(CLIENTS_STAMP)
+
+test: $(STAMP) $(CLIENTS_STAMP)
 	$(BIN)/python -m pytest -q -ra -n 2 --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 # The docs site in site/; strict, as the test suite builds it: a broken link or reference fails.
@@ -29,7 +38,7 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache site
+	rm -rf $(VENV) $(CLIENTS) build *.egg-info .pytest_cache site
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py --what=postprocess

@@ -34,7 +34,7 @@ _EXPORTS = {
     "COCOEvaluator": "evaluation",
     # Export.
     "export_detector": "export.saved_model", "export_tflite": "export.tflite",
-    "export_feature_module": "export.hub_module",
+    "export_onnx": "export.onnx", "export_feature_module": "export.hub_module",
     # Inference.
     "Detector": "inference.detector", "Detections": "inference.results",
 }

@@ -22,6 +22,10 @@ from efficientdet_keras.training.ema import ExponentialMovingAverage
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFERENCE_DIR = os.path.join(REPO_ROOT, "..", "shared", "reference")
 HPARAMS_DIR = os.path.join(REPO_ROOT, "hparams")
+# The Python of the device clients' environment (MediaPipe, the Task Library; see
+# tests/clients/requirements.txt), made by `make test`.
+CLIENTS_PYTHON = os.environ.get("EFFICIENTDET_CLIENTS_PYTHON",
+                                os.path.join(REPO_ROOT, ".venv-clients", "bin", "python"))
 
 
 def tiny_config(model_name: str = "efficientdet-d0", **overrides):
@@ -197,3 +201,76 @@ class TinyTrainer(keras.Model):
         """Weights, EMA, optimizer slots and step: all a resume must bring back."""
         return ([v.numpy() for v in self.weights] + [v.numpy() for v in self.ema.shadows] +
                 [v.numpy() for v in self.optimizer.variables])
+
+
+# Full backbone and all levels, one BiFPN cell and one head conv: conversion takes half as long.
+FAST = dict(fpn_cell_repeats=1, box_class_repeats=1)
+
+
+def synthetic_images(count, height, width, seed=5):
+    """uint8 [h, w, 3] shapes on textured backgrounds."""
+    from efficientdet_keras.data.synthetic import generate_examples
+    return [image for _, image in generate_examples(count, height, width, seed=seed)]
+
+
+def _scale_kernel(layer, factor):
+    """Multiplies the last kernel of a prediction conv (pointwise when separable)."""
+    kernel = [w for w in layer.weights if "bias" not in w.name][-1]
+    kernel.assign(kernel * factor)
+
+
+def calibration_batch(config):
+    """float32 [4, H, W, 3] normalised letterboxed images, two of them with padding."""
+    from efficientdet_keras.inference.tflite_runner import letterbox_uint8
+    height, width = config.image_size
+    sizes = [(height, width), (height, width), (height * 3 // 4, width), (height, width // 2)]
+    images = [letterbox_uint8(synthetic_images(1, h, w, seed=i)[0], (height, width),
+                              config.mean_rgb)[0] for i, (h, w) in enumerate(sizes)]
+    return (np.stack(images).astype(np.float32) - np.array(config.mean_rgb, np.float32)) / \
+        np.array(config.stddev_rgb, np.float32)
+
+
+def calibrate_heads(model, images):
+    """Sets the moving statistics of every BatchNorm after the backbone to the batch
+    statistics of `images` (batch_norm_momentum is 0). The backbone stays as initialised:
+    its random features are O(1) already, and calibrating 16 random blocks as well makes
+    the network chaotic (float rounding then changes the outputs by 1e-3)."""
+    levels = model.backbone(images, training=False)
+    features = levels[model.config.min_level - 1:model.config.max_level]
+    for resample in model.resample_layers:
+        features.append(resample(features[-1], training=True))
+    features = model.fpn_cells(features, training=True)
+    model.class_net.head_features(features, training=True)
+    model.box_net.head_features(features, training=True)
+
+
+def confident_model(model_name, image_size, top_score=0.9, max_logit=4.0, max_code=1.0,
+                    **overrides):
+    """A model whose class logits and box codes vary from anchor to anchor (up to about
+    +-max_logit around the prior and +-max_code) and whose best class-1 score is
+    top_score on its calibration images. The other classes score below ~0.05, so that
+    class-agnostic (TFLite op) and class-aware (SavedModel) NMS agree above 0.3."""
+    from efficientdet_keras import EfficientDetNet
+    config = tiny_config(model_name, image_size=image_size, batch_norm_momentum=0.0,
+                         **dict(FAST, **overrides))
+    model = EfficientDetNet(config=config)
+    images = calibration_batch(config)
+    model.build_variables()
+    calibrate_heads(model, images)
+
+    def flat_outputs():
+        class_outputs, box_outputs = model(images, training=False)
+        logits = np.concatenate([np.reshape(c.numpy(), [-1, config.num_classes])
+                                 for c in class_outputs])
+        return logits, np.concatenate([np.reshape(b.numpy(), [-1]) for b in box_outputs])
+
+    logits, codes = flat_outputs()
+    _scale_kernel(model.class_net.predict, max_logit / np.max(np.abs(logits - np.median(logits))))
+    _scale_kernel(model.box_net.predict, max_code / np.max(np.abs(codes)))
+    logits, _ = flat_outputs()
+    bias = model.class_net.predict.bias
+    shift = np.zeros(bias.shape, np.float32)
+    shift[:] = -4.0  # Other classes: scores below 0.05.
+    shift[0::config.num_classes] = np.log(top_score / (1 - top_score)) - logits[:, 0].max()
+    bias.assign_add(shift)
+    return model

@@ -19,8 +19,8 @@ import sys
 import pytest
 
 from doc_blocks import all_blocks, written_pages
-from helpers import (HPARAMS_DIR, REFERENCE_DIR, REPO_ROOT, released_models_served,
-                     write_backbone_checkpoint)
+from helpers import (CLIENTS_PYTHON, HPARAMS_DIR, REFERENCE_DIR, REPO_ROOT,
+                     released_models_served, write_backbone_checkpoint)
 
 WORKED_EXAMPLE = ("docs/guides/training.md", "Fine-tuning a released checkpoint on your own data")
 BLOCKS = all_blocks()
@@ -157,9 +157,27 @@ def test_readme_is_a_front_page():
 @pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=[b.id for b in PYTHON_BLOCKS])
 def test_python_snippet_runs_as_written(block, sandbox, page_namespaces, monkeypatch):
     monkeypatch.chdir(sandbox)
+    if "import mediapipe" in block.code:  # An app's code: it runs where MediaPipe is installed.
+        return _run_in_clients_environment(block, sandbox)
     code = compile(block.code, "%s, line %d" % (block.page, block.line), "exec")
     namespace = page_namespaces.setdefault(block.page, {"__name__": "__docs__"})
     exec(code, namespace)  # noqa: S102 - the docs are ours
+
+
+def _run_in_clients_environment(block, sandbox):
+    """Runs an app's snippet with the clients' Python, after the page's tflite export
+    commands above it (command tests run after the snippet tests)."""
+    if not os.path.exists(CLIENTS_PYTHON):
+        pytest.skip("%s is absent: make test creates it (tests/clients/requirements.txt)"
+                    % CLIENTS_PYTHON)
+    for earlier, _, command in COMMANDS:
+        if (earlier.page == block.page and earlier.line < block.line
+                and command.startswith("efficientdet-export") and "--format=tflite" in command):
+            _run_command(command, sandbox)
+    result = subprocess.run([CLIENTS_PYTHON, "-c", block.code], cwd=sandbox,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, "%s, line %d:\n%s" % (block.page, block.line,
+                                                        result.stderr[-4000:])
 
 
 def _run_command(command, cwd):

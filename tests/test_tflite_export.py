@@ -17,83 +17,14 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import tiny_config
+from helpers import FAST, confident_model, synthetic_images, tiny_config
 from efficientdet_keras import EfficientDetNet, save_ckpt
-from efficientdet_keras.data.synthetic import generate_examples, write_synthetic_dataset
+from efficientdet_keras.data.synthetic import write_synthetic_dataset
 from efficientdet_keras.export import tflite, tflite_parity
 
 pytest.importorskip("ai_edge_litert", reason="ai-edge-litert (the tflite extra) is not installed")
 
 NON_SQUARE = (128, 192)
-# Full backbone and all levels, one BiFPN cell and one head conv: conversion takes half as long.
-FAST = dict(fpn_cell_repeats=1, box_class_repeats=1)
-
-
-def synthetic_images(count, height, width, seed=5):
-    """uint8 [h, w, 3] shapes on textured backgrounds."""
-    return [image for _, image in generate_examples(count, height, width, seed=seed)]
-
-
-def _scale_kernel(layer, factor):
-    """Multiplies the last kernel of a prediction conv (pointwise when separable)."""
-    kernel = [w for w in layer.weights if "bias" not in w.name][-1]
-    kernel.assign(kernel * factor)
-
-
-def calibration_batch(config):
-    """float32 [4, H, W, 3] normalised letterboxed images, two of them with padding."""
-    from efficientdet_keras.inference.tflite_runner import letterbox_uint8
-    height, width = config.image_size
-    sizes = [(height, width), (height, width), (height * 3 // 4, width), (height, width // 2)]
-    images = [letterbox_uint8(synthetic_images(1, h, w, seed=i)[0], (height, width),
-                              config.mean_rgb)[0] for i, (h, w) in enumerate(sizes)]
-    return (np.stack(images).astype(np.float32) - np.array(config.mean_rgb, np.float32)) / \
-        np.array(config.stddev_rgb, np.float32)
-
-
-def calibrate_heads(model, images):
-    """Sets the moving statistics of every BatchNorm after the backbone to the batch
-    statistics of `images` (batch_norm_momentum is 0). The backbone stays as initialised:
-    its random features are O(1) already, and calibrating 16 random blocks as well makes
-    the network chaotic (float rounding then changes the outputs by 1e-3)."""
-    levels = model.backbone(images, training=False)
-    features = levels[model.config.min_level - 1:model.config.max_level]
-    for resample in model.resample_layers:
-        features.append(resample(features[-1], training=True))
-    features = model.fpn_cells(features, training=True)
-    model.class_net.head_features(features, training=True)
-    model.box_net.head_features(features, training=True)
-
-
-def confident_model(model_name, image_size, top_score=0.9, max_logit=4.0, max_code=1.0):
-    """A model whose class logits and box codes vary from anchor to anchor (up to about
-    +-max_logit around the prior and +-max_code) and whose best class-1 score is
-    top_score on its calibration images. The other classes score below ~0.05, so that
-    class-agnostic (TFLite op) and class-aware (SavedModel) NMS agree above 0.3."""
-    config = tiny_config(model_name, image_size=image_size, batch_norm_momentum=0.0, **FAST)
-    model = EfficientDetNet(config=config)
-    images = calibration_batch(config)
-    model.build_variables()
-    calibrate_heads(model, images)
-
-    def flat_outputs():
-        class_outputs, box_outputs = model(images, training=False)
-        logits = np.concatenate([np.reshape(c.numpy(), [-1, config.num_classes])
-                                 for c in class_outputs])
-        return logits, np.concatenate([np.reshape(b.numpy(), [-1]) for b in box_outputs])
-
-    logits, codes = flat_outputs()
-    _scale_kernel(model.class_net.predict, max_logit / np.max(np.abs(logits - np.median(logits))))
-    _scale_kernel(model.box_net.predict, max_code / np.max(np.abs(codes)))
-    logits, _ = flat_outputs()
-    bias = model.class_net.predict.bias
-    shift = np.zeros(bias.shape, np.float32)
-    shift[:] = -4.0  # Other classes: scores below 0.05.
-    shift[0::config.num_classes] = np.log(top_score / (1 - top_score)) - logits[:, 0].max()
-    bias.assign_add(shift)
-    return model
-
-
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     return tmp_path_factory.mktemp("tflite")
@@ -226,3 +157,65 @@ def test_every_lite_model_and_d1_d2_convert_with_raw_parity(model_name, tmp_path
     path = tflite.export_tflite(model, str(tmp_path / "model.tflite"), outputs="raw")
     result = tflite_parity.raw_parity(model, path, synthetic_images(1, 100, 90))
     assert result.passed, result.summary
+
+
+def two_class_model(**overrides):
+    """A confident Lite0 whose class 2 predicts exactly what class 1 does (same kernel
+    columns and bias), so every box scores twice: class-agnostic and per-class NMS then
+    disagree."""
+    import tensorflow as tf
+    tf.random.set_seed(2)
+    model = confident_model("efficientdet-lite0", 128, **overrides)
+    num_classes = model.config.num_classes
+    kernel = [w for w in model.class_net.predict.weights if "bias" not in w.name][-1]
+    for weight in (kernel, model.class_net.predict.bias):
+        values = weight.numpy()
+        values[..., 1::num_classes] = values[..., 0::num_classes]
+        weight.assign(values)
+    return model
+
+
+def overlapping_pairs(detections, threshold=0.5):
+    """Pairs of detections of different classes whose boxes overlap above `threshold`."""
+    boxes, classes = detections["boxes"], detections["classes"]
+    pairs = 0
+    for i in range(len(boxes)):
+        for j in range(i + 1, len(boxes)):
+            if classes[i] != classes[j] and box_iou(boxes[i], boxes[j]) > threshold:
+                pairs += 1
+    return pairs
+
+
+def box_iou(a, b):
+    inter = (max(0.0, min(a[2], b[2]) - max(a[0], b[0])) *
+             max(0.0, min(a[3], b[3]) - max(a[1], b[1])))
+    area = lambda r: (r[2] - r[0]) * (r[3] - r[1])  # noqa: E731
+    return inter / (area(a) + area(b) - inter)
+
+
+def test_op_options_come_from_the_config(tmp_path):
+    """tflite_use_regular_nms: NMS per class, equal to the SavedModel's hard NMS; the
+    default fast NMS keeps one class per box; tflite_max_classes_per_detection=2 keeps
+    two, so every box then comes twice."""
+    from efficientdet_keras.inference.tflite_runner import TFLiteDetector
+    images = synthetic_images(2, 128, 128, seed=8)
+    model = two_class_model(tflite_use_regular_nms=True,
+                            nms_configs=dict(method="hard", iou_thresh=0.5))
+    regular = tflite.export_tflite(model, str(tmp_path / "regular.tflite"))
+    result = tflite_parity.detection_parity(model, regular, images)
+    print(result.summary)
+    assert result.passed and result.measured["compared"] >= 10, result.summary
+
+    def detections(path, image):
+        return TFLiteDetector(path).detect(image)
+
+    model.config.tflite_use_regular_nms = False
+    fast = tflite.export_tflite(model, str(tmp_path / "fast.tflite"))
+    model.config.tflite_max_classes_per_detection = 2
+    two_classes = tflite.export_tflite(model, str(tmp_path / "two.tflite"))
+    for image in images:
+        assert overlapping_pairs(detections(regular, image)) > 0
+        assert overlapping_pairs(detections(fast, image)) == 0
+        found = detections(two_classes, image)
+        boxes = [tuple(np.round(box, 3)) for box in found["boxes"]]
+        assert len(set(boxes)) <= len(boxes) // 2 + 1, found  # Each box with two classes.

@@ -9,6 +9,8 @@
 
   # An exported .tflite file (efficientdet-export --format=tflite), run with ai-edge-litert:
   efficientdet-eval --tflite=exported/demo.tflite --val_file_pattern='data/val-*.tfrecord'
+  # An exported .onnx file (efficientdet-export --format=onnx), run with ONNX Runtime:
+  efficientdet-eval --onnx=exported/demo/model.onnx --val_file_pattern='data/val-*.tfrecord'
 
   # Continuous: evaluate every new checkpoint of a training run once, keep the best:
   efficientdet-eval --model_dir=runs/d0 --val_file_pattern=... --continuous
@@ -73,9 +75,12 @@ flags.DEFINE_string("tflite", "", "Evaluate this .tflite file (with its .tflite.
                     "a checkpoint; the --nms_* flags apply to files with raw outputs only.")
 flags.DEFINE_integer("tflite_threads", None, "--tflite: interpreter threads (default: the "
                      "runtime's).")
+flags.DEFINE_string("onnx", "", "Evaluate this .onnx file (with its .onnx.json) with ONNX Runtime "
+                    "instead of a checkpoint; its NMS was fixed at export, so the --nms_* flags "
+                    "do not apply.")
 flags.DEFINE_integer("write_images", 0, "Draw the first N evaluation images, ground truth beside "
                      "the detections, as <id>.png and a TensorBoard image summary in "
-                     "<images_dir>/<checkpoint or .tflite name>/ (0: none).")
+                     "<images_dir>/<checkpoint, .tflite or .onnx name>/ (0: none).")
 flags.DEFINE_string("images_dir", "", "--write_images: the folder for them (default: "
                     "<model_dir>/eval_images; required without --model_dir).")
 flags.DEFINE_float("image_score_threshold", 0.3, "--write_images: the lowest score of a drawn "
@@ -89,10 +94,16 @@ def check_flags():
         value = FLAGS[name].value
         if value and not os.path.exists(value):
             return "--%s %s does not exist" % (name, value)
-    if FLAGS.tflite and (FLAGS.continuous or FLAGS.ckpt):
-        return "--tflite evaluates one file: leave out --continuous and --ckpt"
-    if not (FLAGS.model_dir or FLAGS.ckpt or FLAGS.tflite):
-        return "give --model_dir, --ckpt or --tflite"
+    if FLAGS.tflite and FLAGS.onnx:
+        return "give --tflite or --onnx, not both"
+    exported = "--tflite" if FLAGS.tflite else "--onnx" if FLAGS.onnx else ""
+    if exported and (FLAGS.continuous or FLAGS.ckpt):
+        return "%s evaluates one file: leave out --continuous and --ckpt" % exported
+    if FLAGS.onnx and nms_overrides():
+        return ("--onnx: the file's NMS was fixed at export; leave out --%s"
+                % ", --".join(_NMS_FLAGS[key] for key in nms_overrides()))
+    if not (FLAGS.model_dir or FLAGS.ckpt or exported):
+        return "give --model_dir, --ckpt, --tflite or --onnx"
     if FLAGS.continuous and not FLAGS.model_dir:
         return "--continuous needs --model_dir"
     if FLAGS.batch_size < 1:
@@ -104,11 +115,15 @@ def check_flags():
     return None
 
 
+# nms_configs key -> the flag that overrides it.
+_NMS_FLAGS = {"method": "nms_method", "iou_thresh": "nms_iou_thresh",
+              "score_thresh": "nms_score_thresh", "max_output_size": "nms_max_output_size",
+              "max_nms_inputs": "max_nms_inputs"}
+
+
 def nms_overrides():
-    names = {"method": "nms_method", "iou_thresh": "nms_iou_thresh",
-             "score_thresh": "nms_score_thresh", "max_output_size": "nms_max_output_size",
-             "max_nms_inputs": "max_nms_inputs"}
-    return {key: FLAGS[flag].value for key, flag in names.items() if FLAGS[flag].value is not None}
+    return {key: FLAGS[flag].value for key, flag in _NMS_FLAGS.items()
+            if FLAGS[flag].value is not None}
 
 
 def load_config():
@@ -117,14 +132,21 @@ def load_config():
     return config
 
 
-def build_tflite_evaluation():
-    """The --tflite evaluation; config: the sidecar's, plus --hparams and the --nms_* flags."""
-    from efficientdet_keras.evaluation.tflite_evaluation import TFLiteEvaluation
-    from efficientdet_keras.inference.tflite_runner import TFLiteDetector
-    detector = TFLiteDetector(FLAGS.tflite, num_threads=FLAGS.tflite_threads,
-                              config_overrides=FLAGS.hparams)
-    detector.config.nms_configs.override(nms_overrides())
-    return TFLiteEvaluation(detector, eval_source(), FLAGS.val_json_file or None,
+def build_file_evaluation():
+    """The --tflite or --onnx evaluation; config: the sidecar's, plus --hparams (and for a
+    .tflite the --nms_* flags)."""
+    from efficientdet_keras.evaluation import tflite_evaluation
+    if FLAGS.onnx:
+        from efficientdet_keras.inference.onnx_runner import ONNXDetector
+        detector = ONNXDetector(FLAGS.onnx, config_overrides=FLAGS.hparams)
+        evaluation_class = tflite_evaluation.ONNXEvaluation
+    else:
+        from efficientdet_keras.inference.tflite_runner import TFLiteDetector
+        detector = TFLiteDetector(FLAGS.tflite, num_threads=FLAGS.tflite_threads,
+                                  config_overrides=FLAGS.hparams)
+        detector.config.nms_configs.override(nms_overrides())
+        evaluation_class = tflite_evaluation.TFLiteEvaluation
+    return evaluation_class(detector, eval_source(), FLAGS.val_json_file or None,
                             batch_size=FLAGS.batch_size, max_images=FLAGS.eval_samples or None,
                             backend=FLAGS.backend, progress=FLAGS.progress,
                             on_detections=evaluation_images(detector.config))
@@ -156,13 +178,14 @@ def evaluation_images(config):
 
 def write_evaluation_images(images, evaluated_path: str) -> None:
     """Writes the pictures of one evaluation into <images_dir>/<name of evaluated_path>/ (the
-    checkpoint prefix's last part, or the .tflite file's name without .tflite), with a
+    checkpoint prefix's last part, or the .tflite or .onnx file's name without its suffix), with a
     TensorBoard summary at the checkpoint's epoch (0 when its name has none)."""
     from efficientdet_keras.evaluation.continuous import checkpoint_epoch
     from efficientdet_keras.reports.eval_images import IMAGES_DIR
     name = os.path.basename(evaluated_path)
-    if name.endswith(".tflite"):
-        name = name[:-len(".tflite")]
+    for suffix in (".tflite", ".onnx"):
+        if name.endswith(suffix):
+            name = name[:-len(suffix)]
     directory = os.path.join(FLAGS.images_dir or os.path.join(FLAGS.model_dir, IMAGES_DIR), name)
     paths = images.write(directory, summary_dir=directory,
                          step=checkpoint_epoch(evaluated_path) or 0)
@@ -194,8 +217,8 @@ def main(argv):
     problem = check_flags()
     if problem:
         sys.exit("%s: %s" % (TOOL, problem))
-    if FLAGS.tflite:
-        evaluation = run_or_exit(TOOL, build_tflite_evaluation)
+    if FLAGS.tflite or FLAGS.onnx:
+        evaluation = run_or_exit(TOOL, build_file_evaluation)
     else:
         evaluation = run_or_exit(TOOL, lambda: build_evaluation(load_config()))
     if FLAGS.continuous:  # It writes model_dir/archive: first clear what a killed run left.

@@ -1,4 +1,5 @@
-"""efficientdet-export: a checkpoint as a serving SavedModel, a TF-Hub feature module or .tflite.
+"""efficientdet-export: a checkpoint as a serving SavedModel, a TF-Hub feature module, a .tflite
+or an .onnx file.
 
   # Detection SavedModel (uint8 images, encoded images, tf.Example signatures):
   efficientdet-export --model_dir=runs/demo --export_dir=exported/demo
@@ -7,6 +8,10 @@
   # TFLite (writes <export_dir>/model.tflite and model.tflite.json, then checks parity):
   efficientdet-export --model_dir=runs/demo --format=tflite --export_dir=exported/demo-int8 \
       --tflite_quantization=int8 --representative_data='data/val-*.tfrecord'
+  # ONNX (writes <export_dir>/model.onnx and model.onnx.json, then checks parity); needs
+  # hard NMS:
+  efficientdet-export --model_dir=runs/demo --format=onnx --export_dir=exported/demo-onnx \
+      --hparams=nms_configs.method=hard
 
 The config comes from <model_dir>/config.yaml when present, else --model_name, else
 the released model --ckpt names; --hparams overrides any of them (e.g.
@@ -31,10 +36,12 @@ flags.DEFINE_string("ckpt", "", "Checkpoint prefix, directory (its latest), arch
                     "default: latest in model_dir.")
 flags.DEFINE_string("hparams", "", HPARAMS_HELP)
 flags.DEFINE_string("export_dir", "", "Where the SavedModel or hub module is written (replaced "
-                    "atomically); tflite: the folder of model.tflite.")
-flags.DEFINE_enum("format", "saved_model", ["saved_model", "hub", "tflite"],
+                    "atomically); tflite, onnx: the folder of model.tflite or model.onnx.")
+flags.DEFINE_enum("format", "saved_model", ["saved_model", "hub", "tflite", "onnx"],
                   "saved_model: the detector for serving; hub: a TF-Hub feature module; "
-                  "tflite: <export_dir>/model.tflite and its sidecar model.tflite.json.")
+                  "tflite: <export_dir>/model.tflite and its sidecar model.tflite.json; "
+                  "onnx: <export_dir>/model.onnx and its sidecar model.onnx.json (needs "
+                  "nms_configs.method=hard).")
 flags.DEFINE_string("tflite_quantization", "float32",
                     "tflite: float32, float16 (weights) or int8 (full integer); FP32, FP16 and "
                     "INT8 are accepted too.")
@@ -44,18 +51,20 @@ flags.DEFINE_enum("tflite_input_type", "uint8", ["uint8", "float32"],
                   "tflite: the image input's type (float32 holds 0..255).")
 flags.DEFINE_string("representative_data", "",
                     "tflite: TFRecord file pattern of images for int8 calibration and the parity "
-                    "checks (needed for int8).")
+                    "checks (needed for int8); onnx: images for the parity check.")
 flags.DEFINE_integer("num_calibration_images", 100, "tflite int8: images used for calibration.",
                      lower_bound=1)
 flags.DEFINE_boolean("fold_batch_norm", True,
-                     "saved_model: run the network with every BatchNorm folded into its conv "
-                     "(the same detections, fewer kernels; --nofold_batch_norm keeps them).")
+                     "saved_model, onnx: run the network with every BatchNorm folded into its "
+                     "conv (the same detections, fewer kernels; --nofold_batch_norm keeps them).")
+flags.DEFINE_integer("onnx_opset", 17, "onnx: the file's ONNX opset, 13 to 18 (the default, "
+                     "17, is read by ONNX Runtime 1.13+ and TensorRT 8.6+).")
 flags.DEFINE_enum("serving_precision", "", ["", "float32", "bfloat16", "float16"],
                   "saved_model: the network's compute precision (needs --fold_batch_norm); "
                   "empty: the config's mixed_precision.")
 flags.DEFINE_boolean("check_parity", True,
-                     "tflite: after writing, compare the .tflite with the Keras model and the "
-                     "detection SavedModel; exit 1 when a check fails.")
+                     "tflite, onnx: after writing, compare the file with the Keras model and "
+                     "the detection SavedModel; exit 1 when a check fails.")
 
 
 def export():
@@ -65,9 +74,13 @@ def export():
         raise ValueError("give --model_dir or --ckpt")
     if FLAGS.format == "tflite":
         check_tflite_flags()  # Before the (slow) model loading.
+    if FLAGS.format == "onnx":
+        check_onnx_flags()
     model, _ = load_model_and_config(FLAGS.model_dir, FLAGS.ckpt, FLAGS.model_name, FLAGS.hparams)
     if FLAGS.format == "tflite":
         return export_tflite_and_check(model)
+    if FLAGS.format == "onnx":
+        return export_onnx_and_check(model)
     if FLAGS.format == "hub":
         from efficientdet_keras.export.hub_module import export_feature_module
         path = export_feature_module(model, FLAGS.export_dir)
@@ -90,6 +103,19 @@ def check_tflite_flags():
         raise ValueError("--tflite_quantization=int8 needs --representative_data (a TFRecord "
                          "file pattern of calibration images), unless the model was trained "
                          "with quantization-aware training")
+
+
+def check_onnx_flags():
+    """Raises ValueError (one line) for an opset out of range, or when the run's config
+    (config.yaml and --hparams), read without building the model, has NMS that ONNX cannot
+    hold."""
+    from efficientdet_keras.cli.common import load_run_config
+    from efficientdet_keras.export.onnx import check_hard_nms, check_opset
+    try:
+        check_opset(FLAGS.onnx_opset)
+    except ValueError as e:
+        raise ValueError("--onnx_opset: %s" % e) from None
+    check_hard_nms(load_run_config(FLAGS.model_dir, FLAGS.model_name, FLAGS.hparams, FLAGS.ckpt))
 
 
 def _is_qat_run() -> bool:
@@ -116,7 +142,26 @@ def export_tflite_and_check(model):
     if not FLAGS.check_parity:
         return
     images = tflite_parity.check_images(model.config, FLAGS.representative_data or None)
-    results = tflite_parity.standard_checks(model, path, images)
+    report_parity(path, tflite_parity.standard_checks(model, path, images))
+
+
+def export_onnx_and_check(model):
+    """Writes <export_dir>/model.onnx (+ sidecar) and runs its parity check."""
+    from efficientdet_keras.export import onnx, onnx_parity, tflite_parity
+    os.makedirs(FLAGS.export_dir, exist_ok=True)
+    path = onnx.export_onnx(model, os.path.join(FLAGS.export_dir, onnx.ONNX_FILE_NAME),
+                            FLAGS.onnx_opset, FLAGS.fold_batch_norm)
+    print("Exported ONNX model (opset %d, hard NMS, uint8 images of any size and batch) to %s, "
+          "%.1f MB" % (FLAGS.onnx_opset, path, os.path.getsize(path) / 1e6))
+    if FLAGS.check_parity:
+        images = tflite_parity.check_images(model.config, FLAGS.representative_data or None)
+        report_parity(path, onnx_parity.standard_checks(model, path, images,
+                                                        FLAGS.fold_batch_norm))
+
+
+def report_parity(path, results):
+    """Prints one "Parity: ..." line per check; raises ValueError naming the failed ones."""
+    from efficientdet_keras.export import tflite_parity
     for result in results:
         print("Parity: " + result.summary)
     failures = tflite_parity.failed(results)

@@ -112,4 +112,7 @@ def default_values() -> Dict[str, Any]:
             max_output_size=100,
         ),
         tflite_max_detections=25,
+        tflite_max_classes_per_detection=1,
+        tflite_detections_per_class=100,
+        tflite_use_regular_nms=False,
     )

@@ -233,4 +233,11 @@ KEY_DESCRIPTIONS: Dict[str, str] = {
     "nms_configs.max_output_size": "Detections per image after NMS.",
     "tflite_max_detections": "Detections per image of a .tflite exported with "
                              "outputs=detections (TFLite_Detection_PostProcess).",
+    "tflite_max_classes_per_detection": "TFLite detection op, fast NMS: classes kept per box "
+                                        "(1: its best class only).",
+    "tflite_detections_per_class": "TFLite detection op, regular NMS: detections kept per "
+                                   "class before the best tflite_max_detections are taken.",
+    "tflite_use_regular_nms": "TFLite detection op: false, fast class-agnostic NMS (what "
+                              "on-device runtimes use); true, NMS per class as the "
+                              "SavedModel's hard NMS.",
 }

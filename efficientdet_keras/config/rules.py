@@ -112,6 +112,7 @@ _VALUE_RULES = {
         "batch_size", "num_epochs", "num_classes", "steps_per_execution", "map_freq",
         "max_instances_per_image", "fpn_num_filters", "fpn_cell_repeats", "box_class_repeats",
         "num_scales", "nms_configs.max_output_size", "tflite_max_detections",
+        "tflite_max_classes_per_detection", "tflite_detections_per_class",
         "randaugment_num_layers")},
     "steps_per_epoch": (lambda v: v is None or (_is_int(v) and v >= 1),
                         "none or a positive integer"),

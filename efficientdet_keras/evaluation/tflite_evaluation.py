@@ -1,11 +1,12 @@
-"""COCO evaluation of an exported .tflite file, the same way as of a Keras checkpoint.
+"""COCO evaluation of an exported .tflite or .onnx file, the same way as of a Keras checkpoint.
 
 The images come from the evaluation InputPipeline (decode, aspect-preserving
 resize, padding), as for a checkpoint; its normalisation is undone and the
 result rounded to uint8, which is exactly what `TFLiteDetector.letterbox` gives
 for the original image (padding = the mean colour). The .tflite runs image by
-image (batch 1) and its detections, in original pixels, go to the same
-COCOEvaluator through `evaluate_dataset`.
+image (batch 1); the .onnx runs the pipeline's batches (its own letterboxing
+leaves an image of the input size as it is). Their detections, in original
+pixels, go to the same COCOEvaluator through `evaluate_dataset`.
 """
 
 from typing import List, Optional
@@ -17,6 +18,7 @@ from efficientdet_keras.data.pipeline import InputPipeline
 from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
 from efficientdet_keras.evaluation.id_check import check_source_ids_match
 from efficientdet_keras.evaluation.runner import evaluate_dataset
+from efficientdet_keras.inference.onnx_runner import ONNXDetector, split_outputs
 from efficientdet_keras.inference.tflite_runner import TFLiteDetector, to_uint8
 from efficientdet_keras.detection.postprocess import Detections
 
@@ -42,17 +44,19 @@ def stack_detections(per_image: List[dict]) -> Detections:
     return Detections(boxes, scores, classes, valid)
 
 
-def tflite_detect_fns(detector: TFLiteDetector):
-    """(forward, postprocess) for `evaluate_dataset`, backed by the .tflite.
+def file_detect_fns(detector, run_batch):
+    """(forward, postprocess) for `evaluate_dataset`, backed by an exported file.
 
-    forward(normalised images [B, H, W, 3]) -> (B per-image output dicts, None): the
-    interpreter run, timed as "network". postprocess(outputs, None, image_scales [B])
-    -> Detections in original pixels (decoding and NMS of raw files happen here).
+    run_batch(letterboxed uint8 [B, H, W, 3]) -> B per-image output dicts, which
+    detector.detections_from_outputs(outputs, scale) turns into detections.
+    forward(normalised images [B, H, W, 3]) -> (B per-image output dicts, None): the file's
+    run, timed as "network". postprocess(outputs, None, image_scales [B]) -> Detections in
+    original pixels (decoding and NMS of raw .tflite files happen here).
     """
     config = detector.config
 
     def forward(images):
-        return [detector.run(image) for image in pipeline_images_to_uint8(images, config)], None
+        return run_batch(pipeline_images_to_uint8(images, config)), None
 
     def postprocess(outputs, _, image_scales):
         scales = np.asarray(image_scales, np.float32).reshape(-1)
@@ -62,17 +66,28 @@ def tflite_detect_fns(detector: TFLiteDetector):
     return forward, postprocess
 
 
-class TFLiteEvaluation:
-    """A .tflite detector, an evaluation pipeline and an evaluator (as CheckpointEvaluation).
+def tflite_detect_fns(detector: TFLiteDetector):
+    """`file_detect_fns` of a .tflite: the interpreter runs image by image (batch 1)."""
+    return file_detect_fns(detector, lambda images: [detector.run(image) for image in images])
+
+
+def onnx_detect_fns(detector: ONNXDetector):
+    """`file_detect_fns` of an .onnx: ONNX Runtime runs the whole batch at once."""
+    return file_detect_fns(detector, lambda images: split_outputs(detector.run(images)))
+
+
+class FileEvaluation:
+    """An exported file's detector, an evaluation pipeline and an evaluator (as
+    CheckpointEvaluation); TFLiteEvaluation and ONNXEvaluation say how the file runs.
 
     Args:
-      detector: the TFLiteDetector; its config (from the sidecar) sets the input size,
-        anchors, classes and the normalisation that is undone.
+      detector: a TFLiteDetector or ONNXDetector; its config (from the sidecar) sets the
+        input size, anchors, classes and the normalisation that is undone.
       source, annotation_file, batch_size, max_images, backend, progress, on_detections:
-        as CheckpointEvaluation (batch_size only batches the input pipeline).
+        as CheckpointEvaluation (for a .tflite, batch_size only batches the input pipeline).
     """
 
-    def __init__(self, detector: TFLiteDetector, source, annotation_file: Optional[str] = None,
+    def __init__(self, detector, source, annotation_file: Optional[str] = None,
                  batch_size: int = 8, max_images: Optional[int] = None, backend: str = "auto",
                  progress: bool = True, on_detections=None):
         if annotation_file:
@@ -87,10 +102,28 @@ class TFLiteEvaluation:
         self.max_images, self.progress = max_images, progress
         self.on_detections = on_detections
 
+    def detect_fns(self):
+        """(forward, postprocess) of the file, for `evaluate_dataset`."""
+        raise NotImplementedError
+
     def run(self, unused_checkpoint=None):
-        """Returns (the .tflite path, metrics, EvaluationTiming), as CheckpointEvaluation.run."""
+        """Returns (the file's path, metrics, EvaluationTiming), as CheckpointEvaluation.run."""
         metrics, timing = evaluate_dataset(None, self.pipeline(), self.config, self.evaluator,
                                            max_images=self.max_images, progress=self.progress,
-                                           detect_fns=tflite_detect_fns(self.detector),
+                                           detect_fns=self.detect_fns(),
                                            on_detections=self.on_detections)
         return self.detector.path, metrics, timing
+
+
+class TFLiteEvaluation(FileEvaluation):
+    """The evaluation of a .tflite file (a TFLiteDetector); see FileEvaluation."""
+
+    def detect_fns(self):
+        return tflite_detect_fns(self.detector)
+
+
+class ONNXEvaluation(FileEvaluation):
+    """The evaluation of an .onnx file (an ONNXDetector); see FileEvaluation."""
+
+    def detect_fns(self):
+        return onnx_detect_fns(self.detector)

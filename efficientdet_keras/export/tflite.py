@@ -10,8 +10,10 @@ atomically. The .tflite has one signature, "serving_default":
          letterboxed by the caller (aspect-preserving resize, padding bottom/right) but
          not normalised: the graph subtracts mean_rgb and divides by stddev_rgb itself.
   outputs="detections" (the TFLite_Detection_PostProcess custom op, as on-device runtimes
-  and the TFLite Task Library expect; boxes are decoded and clipped to the input before
-  it, as in the SavedModel, and reach it as centre-size boxes with unit anchors):
+  expect; float files decode and clip boxes before it, as the SavedModel does, and give
+  it centre-size boxes with unit anchors; int8 files let it decode the raw codes and clip
+  its boxes after it). The file carries TFLite metadata and a label file
+  (tflite_metadata.py), so MediaPipe's ObjectDetector and the Task Library run it as is:
          detection_boxes    float32 [1, N, 4] ymin, xmin, ymax, xmax normalised to H x W
          detection_classes  float32 [1, N] 0-based class index (class id = index + 1)
          detection_scores   float32 [1, N]
@@ -27,12 +29,12 @@ from typing import Iterator, Optional
 import numpy as np
 import tensorflow as tf
 
-from efficientdet_keras.config.label_maps import label_names
 from efficientdet_keras.detection.anchors import Anchors, decode_boxes
 from efficientdet_keras.checkpoint import ensure_built
-from efficientdet_keras.inference.tflite_runner import sidecar_path
+from efficientdet_keras.inference.sidecar import model_info, sidecar_path
 from efficientdet_keras.utils.fileio import write_bytes_atomically, write_json_atomically
 from efficientdet_keras.export.strip import strip_for_export
+from efficientdet_keras.export.tflite_metadata import label_lines, with_detection_metadata
 from efficientdet_keras.model.weights import averaged_weights
 from efficientdet_keras.optimization import is_quantization_aware
 from efficientdet_keras.detection.postprocess import flatten_outputs
@@ -72,26 +74,8 @@ def _check_choice(what: str, value: str, choices) -> None:
 
 def sidecar_info(config, outputs: str, quantization: str, input_type: str) -> dict:
     """The sidecar json: what a runner needs to feed the .tflite and decode its outputs."""
-    label_map = label_names(config.label_map)
-    return {
-        "model_name": config.name,
-        "image_size": [int(s) for s in config.image_size],
-        "num_classes": int(config.num_classes),
-        "label_map": None if label_map is None else {str(k): v for k, v in label_map.items()},
-        "outputs": outputs,
-        "quantization": quantization,
-        "input_type": input_type,
-        "min_level": int(config.min_level),
-        "max_level": int(config.max_level),
-        "num_scales": int(config.num_scales),
-        "aspect_ratios": [float(r) for r in config.aspect_ratios],
-        "anchor_scale": float(config.anchor_scale),
-        "max_detections": int(config.tflite_max_detections),
-        # Beyond the contract: letterboxing pads with mean_rgb, which the .tflite's own
-        # normalisation turns into 0, the padding of the Keras and SavedModel inputs.
-        "mean_rgb": [float(v) for v in config.mean_rgb],
-        "stddev_rgb": [float(v) for v in config.stddev_rgb],
-    }
+    return dict(model_info(config), outputs=outputs, quantization=quantization,
+                input_type=input_type, max_detections=int(config.tflite_max_detections))
 
 
 # Height and width (normalised) of boxes that clipping made empty; log() needs > 0.
@@ -146,14 +130,15 @@ def postprocess_op_attributes(config) -> str:
 
     The op gets either boxes already decoded (`clipped_box_encodings`) and unit anchors,
     or the raw codes and the real anchors (`centre_size_anchors`); all four scales are 1
-    either way. Fast (class-agnostic) NMS with one class per anchor, as
-    on-device runtimes use; thresholds from config.nms_configs.
+    either way. Fast (class-agnostic) NMS or NMS per class as config.tflite_use_regular_nms
+    says, with the config's tflite_* limits and the thresholds of config.nms_configs.
     """
     nms = config.nms_configs
     attributes = [("max_detections", "i: %d" % int(config.tflite_max_detections)),
-                  ("max_classes_per_detection", "i: 1"),
-                  ("detections_per_class", "i: 1"),
-                  ("use_regular_nms", "b: false"),
+                  ("max_classes_per_detection",
+                   "i: %d" % int(config.tflite_max_classes_per_detection)),
+                  ("detections_per_class", "i: %d" % int(config.tflite_detections_per_class)),
+                  ("use_regular_nms", "b: %s" % str(bool(config.tflite_use_regular_nms)).lower()),
                   ("nms_score_threshold", "f: %r" % float(nms.score_thresh)),
                   ("nms_iou_threshold", "f: %r" % float(nms.iou_thresh or 0.5)),
                   ("num_classes", "i: %d" % int(config.num_classes)),
@@ -217,6 +202,9 @@ class _ServingModule(tf.Module):
         box_inputs = clipped_box_encodings(codes, config) if self._decode_in_graph else codes
         boxes, classes, scores, count = self._postprocess(box_inputs, tf.sigmoid(logits),
                                                           self._anchors)
+        if not self._decode_in_graph:
+            # The op decoded the raw codes itself, unclipped: clip as the float files do.
+            boxes = tf.clip_by_value(boxes, 0.0, 1.0)
         return {"detection_boxes": boxes, "detection_classes": classes,
                 "detection_scores": scores, "num_detections": count}
 
@@ -244,13 +232,16 @@ def calibration_images(config, file_pattern: str, num_images: int,
 
 def convert(model, quantization: str = "float32", outputs: str = "detections",
             input_type: str = "uint8", representative_data: Optional[str] = None,
-            num_calibration_images: int = DEFAULT_CALIBRATION_IMAGES) -> bytes:
+            num_calibration_images: int = DEFAULT_CALIBRATION_IMAGES,
+            metadata: bool = True) -> bytes:
     """The .tflite flatbuffer of `model` (EMA weights when it keeps them); see the module doc.
 
     Args:
       quantization: "float32"; "float16" (weights stored as float16); "int8" (full
         integer, calibrated on `num_calibration_images` images of `representative_data`,
         a TFRecord file pattern; inputs of `input_type`, outputs float32).
+      metadata: a detection file gets the TFLite metadata and label file that MediaPipe
+        and the Task Library need (export/tflite_metadata.py).
     """
     quantization = canonical_quantization(quantization)
     _check_choice("outputs", outputs, OUTPUTS)
@@ -269,6 +260,8 @@ def convert(model, quantization: str = "float32", outputs: str = "detections",
     if quantization == "int8" and not representative_data and not qat:
         raise ValueError("int8 quantization needs representative images: give a TFRecord "
                          "file pattern (representative_data, --representative_data)")
+    if outputs == "detections" and metadata:
+        label_lines(model.config)  # A label map that does not fit fails before converting.
     ensure_built(model)  # Variables must exist before tracing.
     model = strip_for_export(model)  # A pruned model: plain network, masked kernels.
     with averaged_weights(model):
@@ -293,7 +286,10 @@ def convert(model, quantization: str = "float32", outputs: str = "detections",
                 model.config, representative_data, num_calibration_images, input_type)
             converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
             converter.inference_output_type = tf.float32
-        return converter.convert()
+        flatbuffer = converter.convert()
+    if outputs == "detections" and metadata:
+        flatbuffer = with_detection_metadata(flatbuffer, model.config, input_type)
+    return flatbuffer
 
 
 def export_tflite(model, path: str, quantization: str = "float32", outputs: str = "detections",

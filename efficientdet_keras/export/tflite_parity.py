@@ -90,14 +90,21 @@ def raw_parity(model, tflite_path: str, images: Sequence[np.ndarray],
     return CheckResult("raw_parity", passed, summary, worst)
 
 
-def saved_model_detect(model) -> Callable[[np.ndarray], Dict[str, np.ndarray]]:
+def saved_model_batch_detect(model) -> Callable[[np.ndarray], Dict[str, np.ndarray]]:
     """The detection SavedModel's serving_default function (export/saved_model.py) for
-    `model`, with hard NMS as the TFLite op does: uint8 [h, w, 3] -> its outputs, batch 1."""
+    `model`, with hard NMS: uint8 [B, h, w, 3] -> its outputs (numpy)."""
     from efficientdet_keras.inference.serving_graph import DetectionModule
     config = model.config.copy()
     config.override({"nms_configs": {"method": "hard"}})
     module = DetectionModule(model, config)
-    return lambda image: {k: v.numpy() for k, v in module.detect_images(image[np.newaxis]).items()}
+    return lambda images: {k: v.numpy() for k, v in module.detect_images(images).items()}
+
+
+def saved_model_detect(model) -> Callable[[np.ndarray], Dict[str, np.ndarray]]:
+    """`saved_model_batch_detect` for one image, as the TFLite op detects (hard NMS):
+    uint8 [h, w, 3] -> the SavedModel's outputs, batch 1."""
+    detect = saved_model_batch_detect(model)
+    return lambda image: detect(image[np.newaxis])
 
 
 def _saved_model_detections(outputs: Dict[str, np.ndarray], input_size,

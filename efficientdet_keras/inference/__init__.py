@@ -1,1 +1,2 @@
-"""The Python Detector: a model directory, checkpoint, SavedModel or .tflite in, detections out."""
+"""The Python Detector: a model directory, checkpoint, SavedModel, .tflite or .onnx in,
+detections out."""

@@ -1,10 +1,11 @@
-"""The three ways a Detector runs a model: a Keras model in-process, an exported detection
-SavedModel, a .tflite file.
+"""The four ways a Detector runs a model: a Keras model in-process, an exported detection
+SavedModel, a .tflite file, an .onnx file.
 
 Each backend takes uint8 [H, W, 3] images and gives, per image, every detection the model
 returns as (boxes [n, 4] in original pixels, scores [n], class ids [n]); the Keras and .tflite
 backends also give the raw network outputs. The Keras backend runs the SavedModel's own
-serving function (`DetectionModule`), so a checkpoint and its export detect alike.
+serving function (`DetectionModule`), and the .onnx file is that function converted, so a
+checkpoint and its exports detect alike.
 """
 
 import json
@@ -38,7 +39,8 @@ def graph_detections(outputs, image_sizes) -> List[tuple]:
 
 
 class GraphBackend:
-    """A function uint8 [B, H, W, 3] -> the SavedModel's outputs, run on batches of one size."""
+    """A function uint8 [B, H, W, 3] (numpy) -> the SavedModel's outputs, run on batches of
+    one size."""
 
     def __init__(self, detect_fn: Callable, label_map: Dict[int, str], description: str):
         self._detect_fn = detect_fn
@@ -49,7 +51,7 @@ class GraphBackend:
         found = [None] * len(images)
         for indices in group_by_shape(images):
             batch = np.stack([images[i] for i in indices])
-            outputs = self._detect_fn(tf.constant(batch))
+            outputs = self._detect_fn(batch)
             sizes = [images[i].shape[:2] for i in indices]
             for i, detections in zip(indices, graph_detections(outputs, sizes)):
                 found[i] = detections
@@ -122,8 +124,24 @@ def saved_model_backend(path: str) -> GraphBackend:
         with open(names_path) as f:
             label_map = {int(k): v for k, v in json.load(f).items()}
     # The lambda keeps the loaded object alive: the signature holds it only weakly.
-    return GraphBackend(lambda images: loaded.signatures["serving_default"](images=images),
-                        label_map, path)
+    return GraphBackend(
+        lambda images: loaded.signatures["serving_default"](images=tf.constant(images)),
+        label_map, path)
+
+
+class ONNXBackend(GraphBackend):
+    """An exported .onnx run with ONNX Runtime: the SavedModel's serving function converted
+    (pre-processing, network and NMS), on batches of one size."""
+
+    def __init__(self, path: str, num_threads: Optional[int] = None):
+        from efficientdet_keras.inference.onnx_runner import ONNXDetector
+        self.runner = ONNXDetector(path, num_threads=num_threads)
+        self.config = self.runner.config
+        super().__init__(self.runner.run, label_names(self.config.label_map) or {}, path)
+
+    def raw_outputs(self, images: List[np.ndarray]) -> List[RawOutputs]:
+        raise ValueError("%s is an ONNX detector (pre-processing, network and NMS in one "
+                         "graph): %s" % (self.description, NO_RAW_OUTPUTS))
 
 
 class TFLiteBackend:

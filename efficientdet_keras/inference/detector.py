@@ -4,6 +4,7 @@
     detector = Detector("runs/demo")                 # a training directory (latest checkpoint)
     detector = Detector("exported/demo")             # a detection SavedModel
     detector = Detector("exported/demo.tflite")      # a .tflite file (its .tflite.json beside it)
+    detector = Detector("exported/demo.onnx")        # an .onnx file (its .onnx.json beside it)
     detector = Detector("efficientdet-d0/", model_name="efficientdet-d0")  # a checkpoint
 
     found = detector.detect("photo.jpg", score_threshold=0.4)   # Detections
@@ -25,7 +26,8 @@ from efficientdet_keras.inference.results import BenchmarkResult, Detections, La
 
 
 class Detector:
-    """Detects objects with a model directory, a checkpoint, a SavedModel or a .tflite file.
+    """Detects objects with a model directory, a checkpoint, a SavedModel, a .tflite or an
+    .onnx file.
 
     Args:
       path: what to load; its kind is recognised (`loading.source_kind`):
@@ -37,11 +39,14 @@ class Detector:
           archive folder (the best); the config is model_name's, else the config.yaml of
           its run;
         - a detection SavedModel from efficientdet-export (label_map.json names classes);
-        - a .tflite file from efficientdet-export --format=tflite (sidecar beside it).
+        - a .tflite file from efficientdet-export --format=tflite (sidecar beside it);
+        - an .onnx file from efficientdet-export --format=onnx (sidecar beside it), run
+          with ONNX Runtime (`pip install "efficientdet_keras[onnx]"`).
       model_name: the model of a checkpoint without config.yaml (e.g. "efficientdet-d0").
       hparams: config overrides ("k=v,..." or a dict) for a directory or checkpoint (NMS
         settings, classes, label_map) and for decoding a raw .tflite.
-      num_threads: .tflite interpreter threads (None: the runtime's default).
+      num_threads: .tflite interpreter threads, ONNX Runtime's intra-op threads (None: the
+        runtime's default).
 
     Checkpoints load their EMA weights where they have them, and run the SavedModel's own
     pre-processing, network and NMS graph in-process, so a checkpoint and its export give
@@ -61,12 +66,15 @@ class Detector:
             self._backend = _keras_backend(config, folder, released.name)
         elif kind == loading.TFLITE:
             self._backend = _tflite_backend(path, num_threads, hparams)
-        elif kind == loading.SAVED_MODEL:
+        elif kind in (loading.SAVED_MODEL, loading.ONNX):
             if hparams:
-                raise ValueError("hparams cannot change %s: an exported SavedModel keeps the "
-                                 "config it was exported with" % path)
-            from efficientdet_keras.inference.backends import saved_model_backend
-            self._backend = saved_model_backend(path)
+                raise ValueError("hparams cannot change %s: an exported %s keeps the config "
+                                 "(NMS included) it was exported with"
+                                 % (path, "SavedModel" if kind == loading.SAVED_MODEL
+                                    else ".onnx file"))
+            from efficientdet_keras.inference import backends
+            self._backend = (backends.saved_model_backend(path) if kind == loading.SAVED_MODEL
+                             else backends.ONNXBackend(path, num_threads=num_threads))
         elif kind == loading.MODEL_DIR:
             config = loading.load_run_config(path, model_name or "", hparams)
             self._backend = _keras_backend(config, path, path)
@@ -100,7 +108,8 @@ class Detector:
 
     @property
     def config(self):
-        """The Config of a checkpoint or .tflite; None for a SavedModel."""
+        """The Config of a checkpoint, .tflite or .onnx (from its sidecar); None for a
+        SavedModel."""
         return getattr(self._backend, "config", None)
 
     def detect(self, images, score_threshold: float = 0.0,
@@ -114,7 +123,8 @@ class Detector:
             applies first).
           max_detections: keep at most this many per image (None: all the model returns).
           only_network: return the network's raw outputs (`RawOutputs`: class logits and
-            box codes) instead of detections; for checkpoints and raw .tflite files only.
+            box codes) instead of detections; for checkpoints and raw .tflite files only
+            (a SavedModel or .onnx is one graph).
 
         Returns:
           `Detections` (boxes [n, 4] ymin, xmin, ymax, xmax in original pixels, scores,

@@ -11,11 +11,13 @@ from typing import Optional
 CONFIG_FILE = "config.yaml"
 SAVED_MODEL_FILE = "saved_model.pb"
 TFLITE_SUFFIX = ".tflite"
+ONNX_SUFFIX = ".onnx"
 # The model of a checkpoint that names none (no config.yaml, no released name, no model_name).
 DEFAULT_MODEL_NAME = "efficientdet-d0"
 
 # What a Detector can load from, as `source_kind` names it.
-MODEL_DIR, CHECKPOINT, SAVED_MODEL, TFLITE = "model_dir", "checkpoint", "saved_model", "tflite"
+MODEL_DIR, CHECKPOINT, SAVED_MODEL, TFLITE, ONNX = ("model_dir", "checkpoint", "saved_model",
+                                                    "tflite", "onnx")
 
 
 def load_run_config(model_dir: str, model_name: str, hparams, ckpt: str = ""):
@@ -76,13 +78,15 @@ def restore_model(config, ckpt: str, use_ema: Optional[bool] = None):
 
 
 def source_kind(path: str) -> str:
-    """Which kind of model `path` holds: MODEL_DIR, CHECKPOINT, SAVED_MODEL or TFLITE.
+    """Which kind of model `path` holds: MODEL_DIR, CHECKPOINT, SAVED_MODEL, TFLITE or ONNX.
 
     Raises:
       FileNotFoundError / ValueError, one line naming the path, when it is none of these.
     """
     if os.path.isfile(path) and path.endswith(TFLITE_SUFFIX):
         return TFLITE
+    if os.path.isfile(path) and path.endswith(ONNX_SUFFIX):
+        return ONNX
     if os.path.isdir(path) and os.path.exists(os.path.join(path, SAVED_MODEL_FILE)):
         return SAVED_MODEL
     if os.path.isdir(path) and os.path.exists(os.path.join(path, CONFIG_FILE)):
@@ -95,8 +99,8 @@ def source_kind(path: str) -> str:
         resolve_checkpoint_path(path)
     except FileNotFoundError:
         raise ValueError("%s is not a model: expected a training directory (config.yaml and "
-                         "ckpt-*), a checkpoint, a detection SavedModel (saved_model.pb) or a "
-                         ".tflite file" % path) from None
+                         "ckpt-*), a checkpoint, a detection SavedModel (saved_model.pb), a "
+                         ".tflite or an .onnx file" % path) from None
     return CHECKPOINT
 
 

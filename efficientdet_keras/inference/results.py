@@ -113,7 +113,7 @@ class BenchmarkResult:
     """`Detector.benchmark`'s figures.
 
     Attributes:
-      network: the network alone on pre-processed input (None for a SavedModel, whose
+      network: the network alone on pre-processed input (None for a SavedModel or .onnx, whose
         graph cannot be split; for a .tflite with detection outputs it includes the file's
         NMS op).
       end_to_end: `detect` on uint8 images: pre-processing, network and NMS.
@@ -127,7 +127,7 @@ class BenchmarkResult:
     end_to_end: Latency
 
     def __str__(self) -> str:
-        network = self.network or "not separable (the SavedModel is one graph)"
+        network = self.network or "not separable (a SavedModel or .onnx is one graph)"
         return ("%s, batch %d of %dx%d images, %d runs after %d warm-up runs:\n"
                 "  network     %s\n  end to end  %s"
                 % (self.source, self.batch_size, self.image_size[0], self.image_size[1],

@@ -20,29 +20,23 @@ built-in kernels only. ai-edge-litert is imported when a detector is made:
 it is an extra (`pip install "efficientdet_keras[tflite]"`).
 """
 
-import json
 import os
 from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
+
+from efficientdet_keras.inference import sidecar
+from efficientdet_keras.inference.sidecar import config_from_sidecar
 
 
 SIGNATURE = "serving_default"
 INSTALL_HINT = 'pip install "efficientdet_keras[tflite]"'
 # Bytes 4..8 of every TFLite flatbuffer.
 _TFLITE_IDENTIFIER = b"TFL3"
-# Sidecar keys that describe the network's anchors and classes (config keys of the same name).
-_ANCHOR_KEYS = ("image_size", "num_classes", "min_level", "max_level", "num_scales",
-                "aspect_ratios", "anchor_scale")
 
 
 class LiteRTMissingError(ImportError, ValueError):
     """ai-edge-litert is not installed (a ValueError too, so the tools print one line)."""
-
-
-def sidecar_path(tflite_path: str) -> str:
-    """Where the settings of a .tflite file are written: `<path>.json`."""
-    return tflite_path + ".json"
 
 
 def read_sidecar(tflite_path: str) -> dict:
@@ -58,39 +52,7 @@ def read_sidecar(tflite_path: str) -> dict:
         head = f.read(8)
     if head[4:8] != _TFLITE_IDENTIFIER:
         raise ValueError("%s is not a .tflite file (no TFL3 flatbuffer identifier)" % tflite_path)
-    path = sidecar_path(tflite_path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError("%s: sidecar %s is missing; the .tflite must come from "
-                                "efficientdet-export --format=tflite" % (tflite_path, path))
-    try:
-        with open(path) as f:
-            info = json.load(f)
-    except ValueError as e:
-        raise ValueError("%s: not valid JSON (%s); re-export with efficientdet-export "
-                         "--format=tflite" % (path, e)) from None
-    missing = [k for k in _ANCHOR_KEYS + ("outputs",) if k not in info]
-    if missing:
-        raise ValueError("%s lacks %s; re-export with efficientdet-export --format=tflite"
-                         % (path, ", ".join(missing)))
-    return info
-
-
-def config_from_sidecar(info: dict, overrides=None):
-    """A Config with the sidecar's anchors, classes and label map (other keys: defaults).
-
-    The raw outputs are decoded with it; `overrides` (a dict or "k=v" string, as
-    --hparams) can set e.g. nms_configs or mean_rgb.
-    """
-    from efficientdet_keras.config import default_config
-    values = {key: info[key] for key in _ANCHOR_KEYS}
-    if info.get("model_name"):
-        values["name"] = info["model_name"]
-    if info.get("label_map"):
-        values["label_map"] = {int(k): v for k, v in info["label_map"].items()}
-    for key in ("mean_rgb", "stddev_rgb"):  # What the .tflite normalises with (padding value).
-        if info.get(key):
-            values[key] = list(info[key])
-    return default_config().override(values).override(overrides)
+    return sidecar.read_sidecar(tflite_path, "tflite", required=("outputs",))
 
 
 def _interpreter_class():

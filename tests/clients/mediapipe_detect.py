@@ -1,0 +1,40 @@
+"""Runs a .tflite with MediaPipe Tasks' ObjectDetector, as an app would, and prints JSON.
+
+    python mediapipe_detect.py MODEL.tflite IMAGE.png [IMAGE.png ...]
+
+prints [[{"box": [ymin, xmin, ymax, xmax] pixels, "score", "index", "name"}, ...] per image].
+Runs in the clients' environment (MediaPipe pins absl-py 2, which the package's
+tensorflow-model-optimization does not allow), so it imports nothing from the package.
+"""
+
+import json
+import sys
+
+import mediapipe as mp
+from mediapipe.tasks.python import BaseOptions
+from mediapipe.tasks.python import vision
+
+
+def main(model_path, image_paths):
+    options = vision.ObjectDetectorOptions(
+        base_options=BaseOptions(model_asset_path=model_path), max_results=-1,
+        running_mode=vision.RunningMode.IMAGE)
+    found = []
+    with vision.ObjectDetector.create_from_options(options) as detector:
+        for path in image_paths:
+            result = detector.detect(mp.Image.create_from_file(path))
+            rows = []
+            for detection in result.detections:
+                box = detection.bounding_box
+                category = detection.categories[0]
+                rows.append({"box": [box.origin_y, box.origin_x, box.origin_y + box.height,
+                                     box.origin_x + box.width],
+                             "score": category.score, "index": category.index,
+                             "name": category.category_name})
+            found.append(rows)
+    print(json.dumps(found))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--check"]:  # --check: the imports above load.
+        main(sys.argv[1], sys.argv[2:])
