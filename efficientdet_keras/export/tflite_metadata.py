@@ -78,18 +78,17 @@ class _MetadataBuilder:
         return builder.EndVector()
 
     def floats(self, values: Sequence[float]) -> int:
-        builder = self.builder
-        builder.StartVector(4, len(values), 4)
-        for value in reversed(values):
-            builder.PrependFloat32(float(value))
-        return builder.EndVector()
+        return self._scalars(values, self.builder.PrependFloat32, float)
 
     def uints(self, values: Sequence[int]) -> int:
-        builder = self.builder
-        builder.StartVector(4, len(values), 4)
+        return self._scalars(values, self.builder.PrependUint32, int)
+
+    def _scalars(self, values, prepend, cast) -> int:
+        """A vector of 4-byte scalars."""
+        self.builder.StartVector(4, len(values), 4)
         for value in reversed(values):
-            builder.PrependUint32(int(value))
-        return builder.EndVector()
+            prepend(cast(value))
+        return self.builder.EndVector()
 
     def table(self, fields: Dict[int, tuple]) -> int:
         """A table from {slot: (kind, value)}, kind "offset", "byte", "uint", "int", "float"."""

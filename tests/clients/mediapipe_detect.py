@@ -7,32 +7,22 @@ Runs in the clients' environment (MediaPipe pins absl-py 2, which the package's
 tensorflow-model-optimization does not allow), so it imports nothing from the package.
 """
 
-import json
 import sys
 
 import mediapipe as mp
 from mediapipe.tasks.python import BaseOptions
 from mediapipe.tasks.python import vision
 
+from detection_rows import print_detections
+
 
 def main(model_path, image_paths):
     options = vision.ObjectDetectorOptions(
         base_options=BaseOptions(model_asset_path=model_path), max_results=-1,
         running_mode=vision.RunningMode.IMAGE)
-    found = []
     with vision.ObjectDetector.create_from_options(options) as detector:
-        for path in image_paths:
-            result = detector.detect(mp.Image.create_from_file(path))
-            rows = []
-            for detection in result.detections:
-                box = detection.bounding_box
-                category = detection.categories[0]
-                rows.append({"box": [box.origin_y, box.origin_x, box.origin_y + box.height,
-                                     box.origin_x + box.width],
-                             "score": category.score, "index": category.index,
-                             "name": category.category_name})
-            found.append(rows)
-    print(json.dumps(found))
+        print_detections([detector.detect(mp.Image.create_from_file(path)).detections
+                          for path in image_paths])
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ first lets the Task Library find it on machines without the system library.
 """
 
 import ctypes
-import json
 import sys
 
 try:
@@ -19,25 +18,16 @@ except ImportError:  # The system's libusb-1.0, if any.
 
 from tflite_support.task import core, processor, vision  # noqa: E402
 
+from detection_rows import print_detections  # noqa: E402
+
 
 def main(model_path, image_paths):
     options = vision.ObjectDetectorOptions(
         base_options=core.BaseOptions(file_name=model_path),
         detection_options=processor.DetectionOptions(max_results=-1))
     detector = vision.ObjectDetector.create_from_options(options)
-    found = []
-    for path in image_paths:
-        result = detector.detect(vision.TensorImage.create_from_file(path))
-        rows = []
-        for detection in result.detections:
-            box = detection.bounding_box
-            category = detection.categories[0]
-            rows.append({"box": [box.origin_y, box.origin_x, box.origin_y + box.height,
-                                 box.origin_x + box.width],
-                         "score": category.score, "index": category.index,
-                         "name": category.category_name})
-        found.append(rows)
-    print(json.dumps(found))
+    print_detections([detector.detect(vision.TensorImage.create_from_file(path)).detections
+                      for path in image_paths])
 
 
 if __name__ == "__main__":
