@@ -88,23 +88,31 @@ def test_nms_traces_once_for_many_classes():
     assert fn.experimental_get_tracing_count() == 1
 
 
-def test_postprocess_decodes_scales_and_keeps_best():
-    config = tiny_config(num_classes=3, image_size=128)
-    config.nms_configs.method = "hard"
+def level_outputs(config, targets):
+    """Per-level class and box outputs of a tiny 3-class model whose only confident anchors
+    are `targets`: {anchor index: (box in input pixels, 0-based class, logit)}."""
     anchors = Anchors(config)
-    level_sizes = [h * w * 9 for h, w in anchors.level_shapes.values()]
     logits = np.full([1, anchors.num_anchors, 3], -10.0, np.float32)
     codes = np.zeros([1, anchors.num_anchors, 4], np.float32)
-    # One confident detection: anchor 100 shifted to a known box, class id 2.
-    target_box = np.array([30.0, 40.0, 70.0, 90.0], np.float32)
-    codes[0, 100] = encode_boxes(tf.constant(target_box), tf.constant(anchors.boxes[100])).numpy()
-    logits[0, 100, 1] = 5.0
-    class_outputs, box_outputs = [], []
-    start = 0
-    for (h, w), count in zip(anchors.level_shapes.values(), level_sizes):
+    for index, (box, class_index, logit) in targets.items():
+        codes[0, index] = encode_boxes(tf.constant(box, tf.float32),
+                                       tf.constant(anchors.boxes[index])).numpy()
+        logits[0, index, class_index] = logit
+    class_outputs, box_outputs, start = [], [], 0
+    for h, w in anchors.level_shapes.values():
+        count = h * w * 9
         class_outputs.append(tf.reshape(logits[:, start:start + count], [1, h, w, 27]))
         box_outputs.append(tf.reshape(codes[:, start:start + count], [1, h, w, 36]))
         start += count
+    return class_outputs, box_outputs
+
+
+def test_postprocess_decodes_scales_and_keeps_best():
+    config = tiny_config(num_classes=3, image_size=128)
+    config.nms_configs.method = "hard"
+    # One confident detection: anchor 100 shifted to a known box, class id 2.
+    target_box = np.array([30.0, 40.0, 70.0, 90.0], np.float32)
+    class_outputs, box_outputs = level_outputs(config, {100: (target_box, 1, 5.0)})
     detections = postprocess_detections(config, class_outputs, box_outputs,
                                         image_scales=tf.constant([2.5]))
     assert detections.boxes.shape == (1, 100, 4) and detections.valid.dtype == tf.int32
@@ -112,6 +120,26 @@ def test_postprocess_decodes_scales_and_keeps_best():
     np.testing.assert_allclose(detections.boxes[0, 0], target_box * 2.5, rtol=1e-4)
     assert int(detections.classes[0, 0]) == 2
     np.testing.assert_allclose(float(detections.scores[0, 0]), 1 / (1 + np.exp(-5.0)), rtol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["hard", "combined"])
+def test_nms_sees_unclipped_boxes_and_clipping_comes_after(method):
+    # Two boxes of one class at the top edge of a 128 px input. Unclipped, their IoU is
+    # 1600 / 4000 = 0.4 < 0.5 and both stay; clipped first they would be the same box
+    # [0, 0, 40, 40] (IoU 1) and the second would be suppressed. The reference order:
+    # NMS on the decoded boxes, then clipping.
+    config = tiny_config(num_classes=3, image_size=128)
+    config.nms_configs.method = method
+    config.nms_configs.iou_thresh = 0.5
+    class_outputs, box_outputs = level_outputs(config, {
+        100: (np.array([-60.0, 0.0, 40.0, 40.0]), 0, 4.0),
+        200: (np.array([0.0, 0.0, 40.0, 40.0]), 0, 3.0)})
+    detections = postprocess_detections(config, class_outputs, box_outputs)
+    assert int(detections.valid[0]) == 2
+    np.testing.assert_allclose(detections.boxes[0, :2], [[0, 0, 40, 40], [0, 0, 40, 40]],
+                               atol=1e-3)
+    np.testing.assert_allclose(detections.scores[0, :2], 1 / (1 + np.exp([-4.0, -3.0])),
+                               rtol=1e-5)
 
 
 def test_postprocess_rejects_wrong_image_size():

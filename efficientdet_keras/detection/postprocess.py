@@ -1,4 +1,4 @@
-"""From network outputs to detections: decode, top-k, NMS, and back to image pixels.
+"""From network outputs to detections: decode, top-k, NMS, clip, and back to image pixels.
 
 Everything is batched and runs in graph mode. Per-class NMS never loops over
 classes in Python: boxes of different classes are shifted apart so that one
@@ -161,11 +161,14 @@ def postprocess_detections(config, class_outputs: Sequence[tf.Tensor],
     total = anchors.num_anchors * config.num_classes
     k = total if not nms["max_nms_inputs"] else min(int(nms["max_nms_inputs"]), total)
     boxes, scores, classes = _top_candidates(logits, codes, tf.constant(anchors.boxes), k)
-    height, width = anchors.image_size
-    boxes = tf.clip_by_value(boxes, 0.0, tf.constant([height, width, height, width], tf.float32))
     detections = batched_nms(boxes, scores, classes, config.num_classes, nms["method"] or "hard",
                              int(nms["max_output_size"]), float(nms["iou_thresh"] or 0.5),
                              float(nms["score_thresh"]), float(nms["sigma"] or 0.5))
+    # Clipped after NMS, as the reference does (and the TFLite detection op can only do):
+    # clipping first would change the overlaps that NMS sees at the image borders.
+    height, width = anchors.image_size
+    detections = detections._replace(boxes=tf.clip_by_value(
+        detections.boxes, 0.0, tf.constant([height, width, height, width], tf.float32)))
     if image_scales is not None:
         scales = tf.reshape(tf.cast(image_scales, tf.float32), [-1, 1, 1])
         detections = detections._replace(boxes=detections.boxes * scales)

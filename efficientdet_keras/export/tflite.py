@@ -10,9 +10,9 @@ atomically. The .tflite has one signature, "serving_default":
          letterboxed by the caller (aspect-preserving resize, padding bottom/right) but
          not normalised: the graph subtracts mean_rgb and divides by stddev_rgb itself.
   outputs="detections" (the TFLite_Detection_PostProcess custom op, as on-device runtimes
-  expect; float files decode and clip boxes before it, as the SavedModel does, and give
-  it centre-size boxes with unit anchors; int8 files let it decode the raw codes and clip
-  its boxes after it). The file carries TFLite metadata and a label file
+  expect: it decodes the raw box codes against the anchors and runs NMS on the unclipped
+  boxes, as the reference implementation does; its boxes are clipped to the input after
+  it). The file carries TFLite metadata and a label file
   (tflite_metadata.py), so MediaPipe's ObjectDetector and the Task Library run it as is:
          detection_boxes    float32 [1, N, 4] ymin, xmin, ymax, xmax normalised to H x W
          detection_classes  float32 [1, N] 0-based class index (class id = index + 1)
@@ -29,7 +29,7 @@ from typing import Iterator, Optional
 import numpy as np
 import tensorflow as tf
 
-from efficientdet_keras.detection.anchors import Anchors, decode_boxes
+from efficientdet_keras.detection.anchors import Anchors
 from efficientdet_keras.checkpoint import ensure_built
 from efficientdet_keras.inference.sidecar import model_info, sidecar_path
 from efficientdet_keras.utils.fileio import write_bytes_atomically, write_json_atomically
@@ -78,42 +78,6 @@ def sidecar_info(config, outputs: str, quantization: str, input_type: str) -> di
                 input_type=input_type, max_detections=int(config.tflite_max_detections))
 
 
-# Height and width (normalised) of boxes that clipping made empty; log() needs > 0.
-_MIN_BOX_SIZE = 1e-8
-
-
-def clipped_box_encodings(codes: tf.Tensor, config) -> tf.Tensor:
-    """The op's box input: boxes decoded and clipped as the SavedModel does, encoded
-    against unit anchors (see `unit_anchors`).
-
-    Decoding here (anchors.decode_boxes) and clipping to the input before NMS gives the
-    op the very boxes the package's NMS sees; the op's own decoding against the real
-    anchors could not clip, and NMS on unclipped boxes suppresses differently at the
-    image borders.
-
-    Args:
-      codes: float32 [1, A, 4] box codes [ty, tx, th, tw].
-
-    Returns:
-      float32 [1, A, 4]: (ycenter, xcenter, log height, log width), normalised to the input.
-    """
-    anchors = Anchors(config)
-    height, width = anchors.image_size
-    size = tf.constant([height, width, height, width], tf.float32)
-    boxes = tf.clip_by_value(decode_boxes(codes, tf.constant(anchors.boxes)), 0.0, size) / size
-    ymin, xmin, ymax, xmax = tf.unstack(boxes, axis=-1)
-    box_height = tf.maximum(ymax - ymin, _MIN_BOX_SIZE)
-    box_width = tf.maximum(xmax - xmin, _MIN_BOX_SIZE)
-    return tf.stack([(ymin + ymax) / 2, (xmin + xmax) / 2, tf.math.log(box_height),
-                     tf.math.log(box_width)], axis=-1)
-
-
-def unit_anchors(num_anchors: int) -> np.ndarray:
-    """float32 [A, 4] anchors (ycenter 0, xcenter 0, height 1, width 1): with scales of 1
-    the op then decodes (yc, xc, log h, log w) to exactly the box (yc, xc, h, w)."""
-    return np.tile(np.array([[0.0, 0.0, 1.0, 1.0]], np.float32), [num_anchors, 1])
-
-
 def centre_size_anchors(config) -> np.ndarray:
     """float32 [A, 4] the model's anchors as (ycenter, xcenter, height, width) normalised
     to the input: with scales of 1 the op decodes the raw box codes as decode_boxes does."""
@@ -128,9 +92,8 @@ def centre_size_anchors(config) -> np.ndarray:
 def postprocess_op_attributes(config) -> str:
     """The NodeDef text that `experimental_implements` turns into the custom op.
 
-    The op gets either boxes already decoded (`clipped_box_encodings`) and unit anchors,
-    or the raw codes and the real anchors (`centre_size_anchors`); all four scales are 1
-    either way. Fast (class-agnostic) NMS or NMS per class as config.tflite_use_regular_nms
+    The op gets the raw codes and the real anchors (`centre_size_anchors`), all four
+    scales 1. Fast (class-agnostic) NMS or NMS per class as config.tflite_use_regular_nms
     says, with the config's tflite_* limits and the thresholds of config.nms_configs.
     """
     nms = config.nms_configs
@@ -171,7 +134,7 @@ def _detection_postprocess(config):
 class _ServingModule(tf.Module):
     """Holds the model's variables and the function the converter traces."""
 
-    def __init__(self, model, outputs: str, input_type: str, decode_in_graph: bool = True):
+    def __init__(self, model, outputs: str, input_type: str):
         super().__init__(name="efficientdet_tflite")
         object.__setattr__(self, "_model", model)  # Tracked through its variables only.
         self.model_variables = list(model.variables)
@@ -179,12 +142,10 @@ class _ServingModule(tf.Module):
         self._config = config
         self._outputs = outputs
         self._postprocess = _detection_postprocess(config) if outputs == "detections" else None
-        # Decoding and clipping in the graph reproduces the SavedModel's boxes exactly, but
-        # its log-sizes do not survive int8 (empty clipped boxes stretch the range until
-        # every size rounds to 0): int8 files let the op decode the codes itself.
-        self._decode_in_graph = decode_in_graph
-        self._anchors = tf.constant(unit_anchors(Anchors(config).num_anchors) if decode_in_graph
-                                    else centre_size_anchors(config))
+        # The op decodes the raw codes itself: decoding and clipping in the graph before it
+        # was slower in float files (more XNNPACK partitions), and its log-sizes do not
+        # survive int8 (empty clipped boxes stretch the range until every size rounds to 0).
+        self._anchors = tf.constant(centre_size_anchors(config))
         height, width = config.image_size
         input_dtype = tf.uint8 if input_type == "uint8" else tf.float32
         self.serve = tf.function(self._serve, input_signature=[
@@ -199,12 +160,9 @@ class _ServingModule(tf.Module):
         logits, codes = flatten_outputs(class_outputs, box_outputs, config.num_classes)
         if self._outputs == "raw":
             return {"class_outputs": logits, "box_outputs": codes}
-        box_inputs = clipped_box_encodings(codes, config) if self._decode_in_graph else codes
-        boxes, classes, scores, count = self._postprocess(box_inputs, tf.sigmoid(logits),
+        boxes, classes, scores, count = self._postprocess(codes, tf.sigmoid(logits),
                                                           self._anchors)
-        if not self._decode_in_graph:
-            # The op decoded the raw codes itself, unclipped: clip as the float files do.
-            boxes = tf.clip_by_value(boxes, 0.0, 1.0)
+        boxes = tf.clip_by_value(boxes, 0.0, 1.0)  # The op's boxes may leave the input.
         return {"detection_boxes": boxes, "detection_classes": classes,
                 "detection_scores": scores, "num_detections": count}
 
@@ -265,8 +223,7 @@ def convert(model, quantization: str = "float32", outputs: str = "detections",
     ensure_built(model)  # Variables must exist before tracing.
     model = strip_for_export(model)  # A pruned model: plain network, masked kernels.
     with averaged_weights(model):
-        module = _ServingModule(model, outputs, input_type,
-                                decode_in_graph=quantization != "int8")
+        module = _ServingModule(model, outputs, input_type)
         function = module.serve.get_concrete_function()
         converter = tf.lite.TFLiteConverter.from_concrete_functions([function], module)
         converter.allow_custom_ops = outputs == "detections"
