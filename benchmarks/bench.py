@@ -15,6 +15,11 @@ Benchmarks:
                as Keras fp32, TFLite float32 (detections and raw outputs), float16 and int8
                and a SavedModel: AP and AP50 on its validation data, batch-1 latency
                (XNNPACK, --tflite_threads; network only for raw) and size.
+  resize       a trained model's float32 .tflite (--model_dir) scored with the images
+               letterboxed (the package's own resize) and stretched to the input (what
+               MediaPipe and the Task Library do to a camera frame), on the demo's square
+               validation images (--demo_dir) and on 640x480 shapes (--data_dir, whose
+               training split fine-tunes a model for stretching).
   short_runs   D0 from scratch on the demo's shapes (256 px) and on a second synthetic dataset
                (striped glyphs, 128 px, 512 steps): AP, AP50, training and inference-mode
                validation loss by epoch (benchmarks/short_runs.py).
@@ -59,7 +64,7 @@ PROGRAM = "benchmarks/bench.py"
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("what", "postprocess",
                   ["postprocess", "pipeline", "eval", "train", "serve", "kills", "tflite",
-                   "short_runs", "augment", "speed"],
+                   "short_runs", "augment", "speed", "resize"],
                   "Which benchmark to run.")
 flags.DEFINE_integer("eval_images", 500, "eval: how many synthetic images to evaluate.")
 flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDet family.")
@@ -105,6 +110,8 @@ flags.DEFINE_integer("speed_rounds", 1, "speed: rounds of fresh processes, the t
                      "rounds and the range of the rounds' ratios.", lower_bound=1)
 flags.DEFINE_float("speed_scale", 1.0, "speed, for tests: multiplies every input size "
                    "(0.25: 512 -> 128 px, 256 -> 64 px).")
+flags.DEFINE_string("demo_dir", os.path.join("runs", "demo"),
+                    "resize: a `make demo` run, whose square validation images are scored.")
 flags.DEFINE_integer("pipeline_images", 256, "pipeline, augment: how many synthetic 640x480 "
                      "training images to write to --data_dir.", lower_bound=8)
 
@@ -180,6 +187,45 @@ def pipeline_benchmark_data():
     from efficientdet_keras.data.synthetic import write_synthetic_dataset
     return write_synthetic_dataset(FLAGS.data_dir, num_train=FLAGS.pipeline_images, num_val=8,
                                    image_size=(480, 640), seed=0)
+
+
+# resize: 640x480 (4:3, a camera frame) shapes, as many training images as the demo preset's
+# 80 steps of 8 consume in one epoch, and 100 validation images.
+RESIZE_DATA = dict(num_train=640, num_val=100, image_size=(480, 640), seed=1)
+
+
+def resize_benchmark_data():
+    """The non-square set of the resize benchmark in --data_dir/shapes-640x480 (written once)."""
+    from efficientdet_keras.data.synthetic import write_synthetic_dataset
+    return write_synthetic_dataset(os.path.join(FLAGS.data_dir, "shapes-640x480"), **RESIZE_DATA)
+
+
+def bench_resize(config) -> None:
+    import tempfile
+
+    from efficientdet_keras.data.sources import TFRecordSource
+    from efficientdet_keras.evaluation.tflite_evaluation import TFLiteEvaluation
+    from efficientdet_keras.export.tflite import export_tflite
+    from efficientdet_keras.inference.loading import load_model_and_config
+    from efficientdet_keras.inference.tflite_runner import TFLiteDetector
+
+    del config  # The trained model's own (model_dir/config.yaml, plus --hparams).
+    datasets = {"demo 256x256": demo_validation_data(FLAGS.demo_dir),
+                "shapes 640x480": resize_benchmark_data()}
+    model, config = load_model_and_config(FLAGS.model_dir, "", FLAGS.model_name, FLAGS.hparams)
+    path = export_tflite(model, os.path.join(tempfile.mkdtemp(prefix="efficientdet_resize_"),
+                                             "model.tflite"))
+    print("%s from %s (trained with resize_mode %s), float32 .tflite, AP on 100 validation "
+          "images of each set" % (config.name, FLAGS.model_dir, config.resize_mode))
+    print("%-16s %-10s %7s %7s" % ("images", "resize", "AP", "AP50"))
+    for name, data in datasets.items():
+        for mode in ("letterbox", "stretch"):
+            detector = TFLiteDetector(path, num_threads=FLAGS.tflite_threads,
+                                      config_overrides={"resize_mode": mode})
+            metrics = TFLiteEvaluation(detector, TFRecordSource(data.val_tfrecord), data.val_json,
+                                       batch_size=FLAGS.batch_size, progress=False).run()[1]
+            print("%-16s %-10s %7.4f %7.4f" % (name, mode, metrics["AP"], metrics["AP50"]))
+    print("640x480 training data for a fine-tune: %s" % resize_benchmark_data().train_tfrecord)
 
 
 def bench_pipeline(config) -> None:
@@ -527,7 +573,7 @@ def main(argv):
     {"postprocess": bench_postprocess, "pipeline": bench_pipeline, "eval": bench_eval,
      "train": bench_train, "serve": bench_serve, "kills": bench_kills,
      "tflite": bench_tflite, "short_runs": bench_short_runs,
-     "augment": bench_augment, "speed": bench_speed}[FLAGS.what](config)
+     "augment": bench_augment, "speed": bench_speed, "resize": bench_resize}[FLAGS.what](config)
 
 
 def run():

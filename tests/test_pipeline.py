@@ -61,6 +61,25 @@ def test_eval_resize_pad_and_normalise(tmp_path):
     assert labels["class_targets_3"].shape == (1, 16, 16, 9)
 
 
+def test_eval_stretch_resizes_each_axis_alone(tmp_path):
+    box = [30, 40, 90, 120]
+    path = write_image(str(tmp_path / "a.png"), bright_box_image(120, 160, box), "png")
+    record = ImageRecord(7, path, 120, 160, np.array([box], np.float32), np.array([2]),
+                         np.zeros(1, bool), np.zeros(1, np.float32))
+    cfg = config(resize_mode="stretch")
+    images, labels = next(iter(InputPipeline(cfg, RecordsSource([record]), is_training=False)()))
+    # 120x160 to 128x128: rows x 128/120, columns x 0.8, nothing padded.
+    np.testing.assert_allclose(labels["image_scales"], [[120 / 128, 160 / 128]], rtol=1e-6)
+    np.testing.assert_allclose(labels["groundtruth_boxes"][0, 0],
+                               [30 * 128 / 120, 40 * 0.8, 90 * 128 / 120, 120 * 0.8], rtol=1e-5)
+    mean, std = np.array(cfg.mean_rgb), np.array(cfg.stddev_rgb)
+    np.testing.assert_allclose(images[0, 120, 5], (0 - mean) / std, rtol=1e-4)  # No padding.
+    np.testing.assert_allclose(images[0, 64, 64], (255 - mean) / std, rtol=1e-4)  # The box.
+    training = InputPipeline(cfg, RecordsSource([record] * 2), is_training=True)
+    _, train_labels = next(iter(training()))
+    assert train_labels["image_scales"].shape == (2, 2)
+
+
 def test_training_augmentation_keeps_boxes_on_their_objects(tmp_path):
     records = make_records(str(tmp_path), count=4)
     cfg = config(jitter_min=0.5, jitter_max=1.5, mean_rgb=[0.0], stddev_rgb=[255.0])

@@ -122,6 +122,16 @@ def test_postprocess_decodes_scales_and_keeps_best():
     np.testing.assert_allclose(float(detections.scores[0, 0]), 1 / (1 + np.exp(-5.0)), rtol=1e-5)
 
 
+def test_postprocess_scales_each_axis_for_stretched_images():
+    config = tiny_config(num_classes=3, image_size=128)
+    config.nms_configs.method = "hard"
+    target_box = np.array([30.0, 40.0, 70.0, 90.0], np.float32)
+    class_outputs, box_outputs = level_outputs(config, {100: (target_box, 1, 5.0)})
+    detections = postprocess_detections(config, class_outputs, box_outputs,
+                                        image_scales=tf.constant([[0.5, 3.0]]))
+    np.testing.assert_allclose(detections.boxes[0, 0], [15.0, 120.0, 35.0, 270.0], rtol=1e-4)
+
+
 @pytest.mark.parametrize("method", ["hard", "combined"])
 def test_nms_sees_unclipped_boxes_and_clipping_comes_after(method):
     # Two boxes of one class at the top edge of a 128 px input. Unclipped, their IoU is

@@ -37,21 +37,27 @@ SMALL = dict(image_size=64, num_classes=4, fpn_num_filters=16, fpn_cell_repeats=
              box_class_repeats=1, backbone_survival_prob=1.0)
 
 
+def spread_model(**overrides):
+    """A tiny built model whose class scores are spread apart: an untrained head gives every
+    anchor nearly the same score, and near-ties make the NMS order arbitrary (the bias also
+    raises them above the score thresholds)."""
+    model = EfficientDetNet(config=tiny_config(**SMALL, **overrides))
+    model.build_variables()
+    weights = {v.name: v for v in model.variables}
+    kernel = weights["class_net/class-predict/pointwise_kernel:0"]
+    kernel.assign(tf.random.stateless_normal(kernel.shape, [1, 2], stddev=1000.0))
+    bias = weights["class_net/class-predict/bias:0"]
+    bias.assign(bias + 3.0)
+    return model
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """(model, {"raw": path, "detections": path}, synthetic data with 48 x 64 images)."""
     root = tmp_path_factory.mktemp("tflite_runner")
     data = write_synthetic_dataset(str(root / "data"), num_train=1, num_val=4,
                                    image_size=(48, 64), seed=4)  # Non-square: padded input.
-    model = EfficientDetNet(config=tiny_config(**SMALL, label_map=data.label_map))
-    model.build_variables()
-    # An untrained head gives every anchor nearly the same score, and near-ties make the
-    # NMS order arbitrary: spread the scores (and raise them above the score thresholds).
-    weights = {v.name: v for v in model.variables}
-    kernel = weights["class_net/class-predict/pointwise_kernel:0"]
-    kernel.assign(tf.random.stateless_normal(kernel.shape, [1, 2], stddev=1000.0))
-    bias = weights["class_net/class-predict/bias:0"]
-    bias.assign(bias + 3.0)
+    model = spread_model(label_map=data.label_map)
     paths = {kind: export_tflite(model, str(root / ("%s.tflite" % kind)), outputs=kind)
              for kind in ("raw", "detections")}
     return model, paths, data
@@ -153,10 +159,12 @@ def test_detections_file_gives_the_same_top_detection_as_raw_outputs(exported):
     np.testing.assert_allclose(found["boxes"][0], boxes[0], atol=1e-2)
 
 
-def test_tflite_evaluation_equals_the_keras_evaluation(exported):
+@pytest.mark.parametrize("resize_mode", ["letterbox", "stretch"])
+def test_tflite_evaluation_equals_the_keras_evaluation(exported, resize_mode):
     model, paths, data = exported
     nms = {"score_thresh": 0.1}  # Scores below are close together (see `exported`).
-    detector = TFLiteDetector(paths["raw"], config_overrides={"nms_configs": nms})
+    detector = TFLiteDetector(paths["raw"], config_overrides={"nms_configs": nms,
+                                                              "resize_mode": resize_mode})
     tflite_images = EvaluationImages(detector.config, num_images=3, score_threshold=0.1)
     evaluation = TFLiteEvaluation(detector, TFRecordSource(data.val_tfrecord), data.val_json,
                                   batch_size=2, progress=False, on_detections=tflite_images)
@@ -164,10 +172,10 @@ def test_tflite_evaluation_equals_the_keras_evaluation(exported):
     assert timing.images == 4
     tflite_rows = evaluation.evaluator.detection_results()
 
-    pipeline = InputPipeline(model.config, TFRecordSource(data.val_tfrecord), is_training=False,
+    config = model.config.copy().override({"resize_mode": resize_mode})
+    pipeline = InputPipeline(config, TFRecordSource(data.val_tfrecord), is_training=False,
                              batch_size=2)
     evaluator = COCOEvaluator(data.val_json, label_map=data.label_map)
-    config = model.config
 
     def forward(images):  # The same uint8 input as the .tflite gets; eager: 4 images only.
         rounded = pipeline_images_to_uint8(images, config).astype(np.float32)
@@ -176,7 +184,7 @@ def test_tflite_evaluation_equals_the_keras_evaluation(exported):
     eager = (forward, lambda classes, boxes, scales: postprocess_detections(
         config, classes, boxes, scales, nms_overrides=nms))
     keras_images = EvaluationImages(config, num_images=3, score_threshold=0.1)
-    keras_metrics, _ = evaluate_dataset(model, pipeline(), model.config, evaluator,
+    keras_metrics, _ = evaluate_dataset(model, pipeline(), config, evaluator,
                                         progress=False, detect_fns=eager,
                                         on_detections=keras_images)
     keras_rows = evaluator.detection_results()
@@ -194,6 +202,27 @@ def test_tflite_evaluation_equals_the_keras_evaluation(exported):
         assert np.mean(tflite_picture != keras_picture) < 0.002
         truth, predicted = keras_picture[14:, :64], keras_picture[14:, 64 + 4:]
         assert (truth != predicted).any(-1).mean() > 0.05  # Detections are drawn.
+
+
+def test_a_stretch_trained_file_is_fed_stretched_images(tmp_path):
+    """resize_mode stretch travels with the file: the sidecar, the metadata's description and
+    the runner, which resizes each axis on its own and maps boxes back per axis."""
+    model = spread_model(resize_mode="stretch")
+    path = export_tflite(model, str(tmp_path / "stretch.tflite"), outputs="raw")
+    detector = TFLiteDetector(path)
+    assert detector.info["resize_mode"] == "stretch"
+    image = photo(8, (40, 96, 3))
+    fitted, scale = detector.letterbox(image)
+    np.testing.assert_allclose(scale, [40 / 64, 96 / 64])
+    expected = tf.image.resize(image.astype(np.float32), (64, 64)).numpy()
+    assert np.abs(fitted.astype(np.float32) - expected).max() <= 0.5 + 1e-3  # No padding.
+    found = detector.detect(image)
+    boxes, scores, classes = keras_detections(model, fitted, scale)
+    assert len(scores) > 10 and boxes[:, 1::2].max() > 64  # x in the 96 original columns.
+    assert_same_detections(found, boxes, scores, classes, box_atol=1e-3)
+    detections_path = export_tflite(model, str(tmp_path / "stretch-detections.tflite"))
+    with open(detections_path, "rb") as f:  # The input's description in the metadata.
+        assert b"stretched: each axis resized to the input on its own" in f.read()
 
 
 def run_tool(name, *args):
@@ -220,6 +249,19 @@ def test_eval_and_infer_tools_take_a_tflite_file(exported, tmp_path):
     _, metrics, _ = evaluation.run()
     assert len(printed) == 3
     assert printed == {k: pytest.approx(metrics[k], abs=1e-4) for k in printed}
+    # --resize_mode=stretch scores the file as MediaPipe feeds it (each axis resized alone).
+    result = run_tool("eval", "--tflite=%s" % paths["detections"], "--progress=false",
+                      "--val_file_pattern=%s" % data.val_tfrecord,
+                      "--val_json_file=%s" % data.val_json, "--resize_mode=stretch")
+    assert result.returncode == 0, result.stderr[-3000:]
+    stretched = {line.split()[0]: float(line.split()[1]) for line in result.stdout.splitlines()
+                 if line.split() and line.split()[0] in ("AP", "AP50", "ARmax100")}
+    evaluation = TFLiteEvaluation(
+        TFLiteDetector(paths["detections"], config_overrides={"resize_mode": "stretch"}),
+        TFRecordSource(data.val_tfrecord), data.val_json, progress=False)
+    expected = evaluation.run()[1]
+    assert stretched == {k: pytest.approx(expected[k], abs=1e-4) for k in printed}
+    assert stretched != printed
 
     image = photo(3)
     Image.fromarray(image).save(tmp_path / "photo.png")

@@ -62,6 +62,10 @@ flags.DEFINE_integer("nms_max_output_size", None, "Detections kept per image (de
                      "config's nms_configs.max_output_size).")
 flags.DEFINE_integer("max_nms_inputs", None, "Candidates kept before NMS, 0 for all "
                      "(default: the config's nms_configs.max_nms_inputs).")
+flags.DEFINE_enum("resize_mode", None, ["letterbox", "stretch"],
+                  "How images are fitted to the input (default: as the model was trained, "
+                  "config key resize_mode). stretch resizes each axis on its own, as MediaPipe "
+                  "and the TFLite Task Library resize camera frames: what the model scores there.")
 flags.DEFINE_bool("use_ema", True, "Load EMA weights when the checkpoint has them.")
 flags.DEFINE_enum("backend", "auto", ["auto", "pycocotools", "faster_coco_eval"],
                   "COCO scoring code: auto uses faster_coco_eval when it is installed, "
@@ -126,25 +130,34 @@ def nms_overrides():
             if FLAGS[flag].value is not None}
 
 
-def load_config():
-    config = load_run_config(FLAGS.model_dir, FLAGS.model_name, FLAGS.hparams, FLAGS.ckpt)
+def apply_evaluation_flags(config):
+    """The --nms_* flags and --resize_mode on top of a config (a run's or a file's)."""
     config.nms_configs.override(nms_overrides())
+    if FLAGS.resize_mode:
+        config.override({"resize_mode": FLAGS.resize_mode})
     return config
 
 
+def load_config():
+    return apply_evaluation_flags(
+        load_run_config(FLAGS.model_dir, FLAGS.model_name, FLAGS.hparams, FLAGS.ckpt))
+
+
 def build_file_evaluation():
-    """The --tflite or --onnx evaluation; config: the sidecar's, plus --hparams (and for a
-    .tflite the --nms_* flags)."""
+    """The --tflite or --onnx evaluation; config: the sidecar's, plus --hparams and
+    --resize_mode (and for a .tflite the --nms_* flags)."""
     from efficientdet_keras.evaluation import tflite_evaluation
     if FLAGS.onnx:
         from efficientdet_keras.inference.onnx_runner import ONNXDetector
         detector = ONNXDetector(FLAGS.onnx, config_overrides=FLAGS.hparams)
+        if FLAGS.resize_mode:
+            detector.config.override({"resize_mode": FLAGS.resize_mode})
         evaluation_class = tflite_evaluation.ONNXEvaluation
     else:
         from efficientdet_keras.inference.tflite_runner import TFLiteDetector
         detector = TFLiteDetector(FLAGS.tflite, num_threads=FLAGS.tflite_threads,
                                   config_overrides=FLAGS.hparams)
-        detector.config.nms_configs.override(nms_overrides())
+        apply_evaluation_flags(detector.config)
         evaluation_class = tflite_evaluation.TFLiteEvaluation
     return evaluation_class(detector, eval_source(), FLAGS.val_json_file or None,
                             batch_size=FLAGS.batch_size, max_images=FLAGS.eval_samples or None,

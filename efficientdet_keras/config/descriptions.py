@@ -107,6 +107,10 @@ KEY_DESCRIPTIONS: Dict[str, str] = {
                 "stddev_rgb: one value for all channels or three (R, G, B).",
     "stddev_rgb": "Divides the input pixels (0-255 scale) after subtracting mean_rgb: one "
                   "value or three (R, G, B).",
+    "resize_mode": "How an image is fitted to image_size, in training, evaluation and every "
+                   "export: letterbox (resized keeping its aspect ratio, padded at the bottom "
+                   "and right) or stretch (each axis resized on its own, as MediaPipe and the "
+                   "TFLite Task Library resize camera frames; train with it for those clients).",
     "input_rand_hflip": "Flip training images left to right with probability 0.5.",
     "jitter_min": "Scale jitter: smallest random scale of a training image, relative to "
                   "image_size, before the random crop.",

@@ -43,6 +43,9 @@ MIXED_PRECISION_VALUES = (False, True, "float16", "bfloat16", "float32", None)
 # trainer tests truthiness) and post-processing runs hard NMS.
 IOU_LOSS_TYPES = ("iou", "giou", "diou", "ciou")
 NMS_METHODS = ("hard", "gaussian", "combined")
+# How an image meets the network input: keeping its aspect ratio and padding (letterbox), or
+# resized to the input on each axis alone, as MediaPipe and the Task Library do (stretch).
+RESIZE_MODES = ("letterbox", "stretch")
 
 
 def _is_int(value: Any) -> bool:
@@ -149,6 +152,7 @@ _VALUE_RULES = {
        for key in ("mean_rgb", "stddev_rgb")},
     "fpn_weight_method": _one_of(*FPN_WEIGHT_METHODS),
     "pooling_type": _one_of(*POOLING_TYPES),
+    "resize_mode": _one_of(*RESIZE_MODES),
     "act_type": _one_of(*ACTIVATIONS),
     "autoaugment_policy": _one_of(*AUTOAUGMENT_POLICIES),
     "iou_loss_type": _one_of(None, "", *IOU_LOSS_TYPES),

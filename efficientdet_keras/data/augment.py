@@ -23,14 +23,17 @@ def random_horizontal_flip(image: tf.Tensor, boxes: tf.Tensor, seed: tf.Tensor):
 
 def resize_crop_pad(image: tf.Tensor, boxes: tf.Tensor, target_size: Sequence[int],
                     scale_range: Tuple[float, float] = (1.0, 1.0), seed: tf.Tensor = None,
-                    normalize: Optional[Callable[[tf.Tensor], tf.Tensor]] = None):
+                    normalize: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
+                    stretch: bool = False):
     """Scale jitter, random crop and padding to `target_size` (height, width).
 
     The image is resized, keeping its aspect ratio, so it fits a box of
     `target_size * s` with s drawn from `scale_range`; a random window of
     target_size is cut from it (when it is larger) and the rest is padded at
     the bottom and right. With scale_range (1, 1) this is the plain
-    aspect-preserving resize-and-pad used for evaluation.
+    aspect-preserving resize-and-pad used for evaluation. With `stretch` the image
+    is resized to exactly `target_size * s`, each axis on its own (config key
+    resize_mode: stretch), so at s = 1 nothing is padded.
 
     Args:
       image: [H, W, 3] any real or integer dtype.
@@ -41,7 +44,8 @@ def resize_crop_pad(image: tf.Tensor, boxes: tf.Tensor, target_size: Sequence[in
     Returns:
       image: float32 [target_h, target_w, 3], zeros where padded.
       boxes: float32 [N, 4] in output pixels, clipped to the output (may now be empty).
-      image_scale: float32 scalar, original pixels per output pixel.
+      image_scale: float32 scalar, original pixels per output pixel; with `stretch`
+        float32 [2], that of the y and the x axis.
       valid_size: int32 [2], the (height, width) of real image content in the output.
     """
     target_h, target_w = float(target_size[0]), float(target_size[1])
@@ -53,7 +57,9 @@ def resize_crop_pad(image: tf.Tensor, boxes: tf.Tensor, target_size: Sequence[in
         seeds = tf.random.experimental.stateless_split(seed, 2)
         scale_factor = tf.random.stateless_uniform([], seeds[0], scale_range[0], scale_range[1])
         crop_fraction = tf.random.stateless_uniform([2], seeds[1])
-    scale = tf.minimum(target_h * scale_factor / shape[0], target_w * scale_factor / shape[1])
+    scale = tf.stack([target_h, target_w]) * scale_factor / shape
+    if not stretch:
+        scale = tf.reduce_min(scale)
     scaled_size = tf.maximum(tf.round(shape * scale), 1.0)
     offset = tf.floor(tf.maximum(scaled_size - [target_h, target_w], 0.0) * crop_fraction)
 
@@ -68,6 +74,8 @@ def resize_crop_pad(image: tf.Tensor, boxes: tf.Tensor, target_size: Sequence[in
     pixel_boxes = boxes * tf.concat([scaled_size, scaled_size], 0) - tf.concat([offset, offset], 0)
     pixel_boxes = tf.clip_by_value(pixel_boxes, 0.0,
                                    tf.cast(tf.concat([window, window], 0), tf.float32))
+    if stretch:
+        return padded, pixel_boxes, shape / scaled_size, window
     # scale_factor rounding makes the true scale per axis slightly different; use the y axis.
     image_scale = shape[0] / scaled_size[0]
     return padded, pixel_boxes, image_scale, window

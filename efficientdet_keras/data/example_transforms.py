@@ -59,7 +59,7 @@ class ExampleTransforms:
         Returns:
           image float32 [H, W, 3] at the input size; boxes [N, 4] in input pixels (training
           drops those the crop emptied), classes, is_crowd, area [N]; image_scale (original
-          pixels per input pixel); image_id.
+          pixels per input pixel; [y, x] with resize_mode stretch); image_id.
         """
         config = self.config
         image, boxes = example["image"], example["boxes"]
@@ -74,7 +74,8 @@ class ExampleTransforms:
         else:
             seeds, scale_range = [None, None], (1.0, 1.0)
         image, boxes, image_scale, _ = augment.resize_crop_pad(
-            image, boxes, self.image_size, scale_range, seeds[1], normalize=self._normalize)
+            image, boxes, self.image_size, scale_range, seeds[1], normalize=self._normalize,
+            stretch=config.resize_mode == "stretch")
         instances = {key: example[key] for key in mixing.INSTANCE_KEYS}
         instances["boxes"] = boxes
         if self.is_training:

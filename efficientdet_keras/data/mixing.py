@@ -173,7 +173,7 @@ def mixup(first: Dict[str, tf.Tensor], second: Dict[str, tf.Tensor], weight: tf.
     Args:
       first, second: image float32 [H, W, 3] (normalised), boxes [max_instances, 4] in
         input pixels, classes, is_crowd, area, num_boxes, image_scale (original pixels per
-        input pixel), image_id.
+        input pixel; [y, x] with resize_mode stretch), image_id.
       weight: float32 scalar, the first image's share.
 
     Returns:
@@ -184,7 +184,9 @@ def mixup(first: Dict[str, tf.Tensor], second: Dict[str, tf.Tensor], weight: tf.
     mixed = dict(first)
     mixed["image"] = weight * first["image"] + (1.0 - weight) * second["image"]
     second = unpad_instances(second)
-    second["area"] = second["area"] * tf.square(first["image_scale"] / second["image_scale"])
+    # One scale per image, or [y, x] with resize_mode stretch: areas scale by their product.
+    ratio = first["image_scale"] / second["image_scale"] * tf.ones([2])
+    second["area"] = second["area"] * tf.reduce_prod(ratio)
     first = unpad_instances(first)
     for key in INSTANCE_KEYS:
         mixed[key] = tf.concat([first[key], second[key]], 0)

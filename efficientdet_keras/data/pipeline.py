@@ -8,7 +8,8 @@ Each element is `(images, labels)`:
   images: [B, H, W, 3] normalised, in the compute dtype of the config's precision policy.
   labels: class_targets_<l> int32 [B, H_l, W_l, A], box_targets_<l> float32
     [B, H_l, W_l, A*4] for l = min_level..max_level; num_positives float32 [B];
-    source_ids int64 [B]; image_scales float32 [B] (original pixels per input pixel);
+    source_ids int64 [B]; image_scales float32 [B] (original pixels per input pixel; [B, 2], y and x, with
+    resize_mode stretch);
     groundtruth_boxes float32 [B, max_instances, 4] in input pixels [ymin, xmin, ymax, xmax];
     groundtruth_classes int32 [B, max_instances] (-1 pads); groundtruth_is_crowd bool;
     groundtruth_area float32 (original pixels^2).

@@ -135,6 +135,18 @@ def _combined_nms(boxes, scores, classes, num_classes: int, max_output: int,
     return Detections(result.nmsed_boxes, result.nmsed_scores, classes, valid)
 
 
+def box_scale_factors(image_scales) -> tf.Tensor:
+    """Factors that take boxes `[B, N, 4]` from network-input pixels to original pixels.
+
+    image_scales: `[B]`, one scale per image (resize_mode letterbox), or `[B, 2]`, the y and
+    x scales (stretch). Returns `[B, 1, 1]` or `[B, 1, 4]`.
+    """
+    scales = tf.cast(image_scales, tf.float32)
+    if scales.shape.rank == 2:
+        return tf.tile(scales, [1, 2])[:, tf.newaxis, :]
+    return tf.reshape(scales, [-1, 1, 1])
+
+
 def postprocess_detections(config, class_outputs: Sequence[tf.Tensor],
                            box_outputs: Sequence[tf.Tensor], image_scales=None,
                            image_size: Optional[Sequence[int]] = None,
@@ -144,7 +156,8 @@ def postprocess_detections(config, class_outputs: Sequence[tf.Tensor],
     Args:
       config: model config (levels, anchors, num_classes, nms_configs).
       class_outputs, box_outputs: the model's per-level lists.
-      image_scales: `[B]` (or None for 1): original pixels per network-input pixel.
+      image_scales: `[B]` or `[B, 2]` (y, x; resize_mode stretch), or None for 1: original
+        pixels per network-input pixel.
       image_size: the network input (height, width); default config.image_size.
       nms_overrides: values that replace `config.nms_configs` keys.
 
@@ -170,8 +183,8 @@ def postprocess_detections(config, class_outputs: Sequence[tf.Tensor],
     detections = detections._replace(boxes=tf.clip_by_value(
         detections.boxes, 0.0, tf.constant([height, width, height, width], tf.float32)))
     if image_scales is not None:
-        scales = tf.reshape(tf.cast(image_scales, tf.float32), [-1, 1, 1])
-        detections = detections._replace(boxes=detections.boxes * scales)
+        detections = detections._replace(
+            boxes=detections.boxes * box_scale_factors(image_scales))
     return detections
 
 

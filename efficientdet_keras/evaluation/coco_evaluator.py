@@ -26,7 +26,8 @@ import numpy as np
 from efficientdet_keras.data.image_ids import ImageId, image_id_to_int64
 from efficientdet_keras.data.coco_json import coco_image_ids, read_coco_json
 from efficientdet_keras.evaluation.id_check import check_ids_match
-from efficientdet_keras.detection.postprocess import CocoRows, Detections, to_coco_rows
+from efficientdet_keras.detection.postprocess import (CocoRows, Detections, box_scale_factors,
+                                                      to_coco_rows)
 
 METRIC_NAMES = ("AP", "AP50", "AP75", "APs", "APm", "APl",
                 "ARmax1", "ARmax10", "ARmax100", "ARs", "ARm", "ARl")
@@ -136,7 +137,7 @@ class COCOEvaluator:
         crowd = np.zeros_like(classes, bool) if is_crowd is None else _numpy(is_crowd).astype(bool)
         areas = np.zeros_like(boxes[..., 0]) if area is None else _numpy(area).astype(np.float64)
         if image_scales is not None:
-            boxes = boxes * _numpy(image_scales).astype(np.float64).reshape(-1, 1, 1)
+            boxes = boxes * box_scale_factors(_numpy(image_scales)).numpy().astype(np.float64)
         for b, image_id in enumerate(ids):
             image_id = int(image_id)
             if image_id in self._images:

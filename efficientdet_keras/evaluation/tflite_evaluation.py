@@ -50,7 +50,7 @@ def file_detect_fns(detector, run_batch):
     run_batch(letterboxed uint8 [B, H, W, 3]) -> B per-image output dicts, which
     detector.detections_from_outputs(outputs, scale) turns into detections.
     forward(normalised images [B, H, W, 3]) -> (B per-image output dicts, None): the file's
-    run, timed as "network". postprocess(outputs, None, image_scales [B]) -> Detections in
+    run, timed as "network". postprocess(outputs, None, image_scales [B] or [B, 2]) -> Detections in
     original pixels (decoding and NMS of raw .tflite files happen here).
     """
     config = detector.config
@@ -59,8 +59,8 @@ def file_detect_fns(detector, run_batch):
         return run_batch(pipeline_images_to_uint8(images, config)), None
 
     def postprocess(outputs, _, image_scales):
-        scales = np.asarray(image_scales, np.float32).reshape(-1)
-        return stack_detections([detector.detections_from_outputs(out, float(scale))
+        scales = np.asarray(image_scales, np.float32)  # [B], or [B, 2] with stretch.
+        return stack_detections([detector.detections_from_outputs(out, scale)
                                  for out, scale in zip(outputs, scales)])
 
     return forward, postprocess

@@ -46,6 +46,12 @@ _NORMALIZATION_OPTIONS, _SCORE_THRESHOLDING_OPTIONS = 1, 3
 _BOX_INDEX = (1, 0, 3, 2)
 
 
+# How the model was trained to see a picture (config key resize_mode), for the input's description.
+FITTING_DESCRIPTIONS = {
+    "letterbox": "letterboxed: resized keeping its aspect ratio and padded at the bottom and right",
+    "stretch": "stretched: each axis resized to the input on its own, as the clients resize frames",
+}
+
 def label_lines(config) -> List[str]:
     """One name per 0-based class index: the label map's name of class id k on line k-1,
     `class_k` where the map has none. Raises ValueError for ids beyond num_classes."""
@@ -155,9 +161,10 @@ def detection_metadata(config, input_type: str, score_threshold: Optional[float]
         normalization = out.table({0: ("offset", out.floats([0.0])),
                                    1: ("offset", out.floats([1.0]))})
         units = [out.process_unit(_NORMALIZATION_OPTIONS, normalization)]
+    fitting = FITTING_DESCRIPTIONS[config.resize_mode]
     image = out.tensor(
-        "image", "RGB image of %dx%d, pixel values 0..255 (%s), letterboxed: resized keeping "
-        "its aspect ratio and padded at the bottom and right" % (width, height, input_type),
+        "image", "RGB image of %dx%d, pixel values 0..255 (%s), %s"
+        % (width, height, input_type, fitting),
         out.content(_IMAGE_PROPERTIES, image_properties), units,
         stats=([255.0], [0.0]))
 

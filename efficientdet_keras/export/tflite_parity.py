@@ -21,6 +21,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from efficientdet_keras.detection.box_scales import image_box_factors
 from efficientdet_keras.detection.postprocess import flatten_outputs
 
 RAW_TOLERANCE = 1e-4
@@ -108,21 +109,22 @@ def saved_model_detect(model) -> Callable[[np.ndarray], Dict[str, np.ndarray]]:
 
 
 def _saved_model_detections(outputs: Dict[str, np.ndarray], input_size,
-                            scale: float) -> Dict[str, np.ndarray]:
+                            scale) -> Dict[str, np.ndarray]:
     """SavedModel outputs for one letterboxed input of `input_size` (its boxes are
     normalised to it) as dict(boxes in original pixels, scores, classes)."""
     count = int(outputs["num_detections"][0])
     height, width = input_size[:2]
-    pixels = np.array([height, width, height, width], np.float32) * np.float32(scale)
+    pixels = np.array([height, width, height, width], np.float32) * image_box_factors(scale)
     return {"boxes": outputs["detection_boxes"][0, :count] * pixels,
             "scores": outputs["detection_scores"][0, :count],
             "classes": outputs["detection_classes"][0, :count].astype(np.int64)}
 
 
-def _clip_to_input(boxes: np.ndarray, input_size, scale: float) -> np.ndarray:
+def _clip_to_input(boxes: np.ndarray, input_size, scale) -> np.ndarray:
     """The SavedModel clips boxes to its input; TFLite_Detection_PostProcess does not."""
     height, width = input_size[:2]
-    return np.clip(boxes, 0.0, np.array([height, width, height, width], np.float32) * scale)
+    return np.clip(boxes, 0.0, np.array([height, width, height, width], np.float32)
+                   * image_box_factors(scale))
 
 
 def unmatched_detections(found: Dict[str, np.ndarray], reference: Dict[str, np.ndarray],

@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from efficientdet_keras.config.label_maps import label_names
+from efficientdet_keras.detection.box_scales import plain_scale
 from efficientdet_keras.inference.serving_graph import (LABEL_MAP_FILE, DetectionModule,
                                                         preprocess_image)
 from efficientdet_keras.inference.images import group_by_shape
@@ -86,10 +87,11 @@ class KerasBackend(GraphBackend):
         self._compute_dtype = model.compute_dtype
 
     def _prepare(self, images: List[np.ndarray]):
-        """(network input float [B, h, w, 3], scales [B]) of the letterboxed images."""
+        """(network input float [B, h, w, 3], B scales: a float each, or [y, x] with
+        resize_mode stretch) of the images fitted to the input."""
         prepared = [self._preprocess(tf.constant(image)) for image in images]
         batch = tf.cast(tf.stack([p[0] for p in prepared]), self._compute_dtype)
-        return batch, [float(p[1]) for p in prepared]
+        return batch, [plain_scale(p[1]) for p in prepared]
 
     def raw_outputs(self, images: List[np.ndarray]) -> List[RawOutputs]:
         batch, scales = self._prepare(images)

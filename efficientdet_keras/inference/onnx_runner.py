@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from efficientdet_keras.detection.box_scales import image_box_factors
 from efficientdet_keras.inference.sidecar import config_from_sidecar, read_sidecar
 
 INSTALL_HINT = 'pip install "efficientdet_keras[onnx]"'
@@ -113,13 +114,14 @@ class ONNXDetector:
 
         Args:
           outputs: `run`'s outputs for the image (batch of 1; see `split_outputs`).
-          scale: original pixels per pixel of the image that was fed.
+          scale: original pixels per pixel of the image that was fed ([y, x] with
+            resize_mode stretch).
           image_size: (height, width) of the image that was fed; default the model's input
             size (an image letterboxed already, as the evaluation feeds).
         """
         count = int(outputs["num_detections"][0])
         height, width = image_size if image_size is not None else self.image_size
-        pixels = np.array([height, width, height, width], np.float32) * np.float32(scale)
+        pixels = np.array([height, width, height, width], np.float32) * image_box_factors(scale)
         return {"boxes": outputs["detection_boxes"][0, :count].astype(np.float32) * pixels,
                 "scores": outputs["detection_scores"][0, :count].astype(np.float32),
                 "classes": outputs["detection_classes"][0, :count].astype(np.int64)}

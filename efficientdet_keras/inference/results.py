@@ -1,7 +1,7 @@
 """What the Detector returns: detections of one image, raw network outputs, benchmark figures."""
 
 import dataclasses
-from typing import List, Mapping, Optional, Tuple
+from typing import List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -80,12 +80,13 @@ class RawOutputs:
         [h_l, w_l, num_anchors * num_classes]; from a raw .tflite, one array [A, num_classes]
         (all levels, in the anchor order of efficientdet_keras.detection.anchors.Anchors).
       box_outputs: box codes, the same way: [h_l, w_l, num_anchors * 4] per level or [A, 4].
-      image_scale: original pixels per network input pixel (to map decoded boxes back).
+      image_scale: original pixels per network input pixel (to map decoded boxes back); a
+        float, or float32 [y, x] with resize_mode stretch.
       image_size: (height, width) of the original image.
     """
     class_outputs: List[np.ndarray]
     box_outputs: List[np.ndarray]
-    image_scale: float
+    image_scale: Union[float, np.ndarray]
     image_size: Tuple[int, int]
 
 

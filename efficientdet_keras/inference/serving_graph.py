@@ -36,12 +36,14 @@ def inference_network(model, fold_batch_norm: bool = True, mixed_precision=None)
 
 
 def preprocess_image(image: tf.Tensor, config):
-    """uint8 [H, W, 3] -> (normalised input [h, w, 3] float32, image_scale, original (H, W))."""
+    """uint8 [H, W, 3] -> (normalised input [h, w, 3] float32, image_scale, original (H, W)),
+    fitted to the input as config.resize_mode says (image_scale [2], y and x, for stretch)."""
     mean = tf.constant(config.mean_rgb, tf.float32)
     stddev = tf.constant(config.stddev_rgb, tf.float32)
     empty_boxes = tf.zeros([0, 4])
     resized, _, scale, _ = resize_crop_pad(image, empty_boxes, config.image_size,
-                                           normalize=lambda x: (x - mean) / stddev)
+                                           normalize=lambda x: (x - mean) / stddev,
+                                           stretch=config.resize_mode == "stretch")
     return resized, scale, tf.cast(tf.shape(image)[:2], tf.float32)
 
 
@@ -66,12 +68,14 @@ class DetectionModule(tf.Module):
         self.model_variables = list(model.variables)
         height, width = config.image_size
         self._image_spec = tf.TensorSpec([height, width, 3], tf.float32)
+        self._scale_spec = tf.TensorSpec([2] if config.resize_mode == "stretch" else [],
+                                         tf.float32)
 
     def _run(self, uint8_images_fn, count):
         """Pre-processes images one by one (sizes differ), then detects as one batch."""
         images, scales, sizes = tf.map_fn(
             lambda i: preprocess_image(uint8_images_fn(i), self._config), tf.range(count),
-            fn_output_signature=(self._image_spec, tf.TensorSpec([], tf.float32),
+            fn_output_signature=(self._image_spec, self._scale_spec,
                                  tf.TensorSpec([2], tf.float32)))
         return detect(self._model, self._config, images, scales, sizes)
 

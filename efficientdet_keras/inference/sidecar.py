@@ -38,6 +38,8 @@ def model_info(config) -> dict:
         # normalisation turns into 0, the padding of the Keras and SavedModel inputs.
         "mean_rgb": [float(v) for v in config.mean_rgb],
         "stddev_rgb": [float(v) for v in config.stddev_rgb],
+        # How a runner fits an image to the input: as the model was trained.
+        "resize_mode": config.resize_mode,
     }
 
 
@@ -80,6 +82,8 @@ def config_from_sidecar(info: dict, overrides=None):
     for key in ("mean_rgb", "stddev_rgb"):  # What the file normalises with (padding value).
         if info.get(key):
             values[key] = list(info[key])
+    if info.get("resize_mode"):  # Files written before the key letterbox.
+        values["resize_mode"] = info["resize_mode"]
     if info.get("nms_configs"):  # NMS inside the file (ONNX): what its detections went through.
         values["nms_configs"] = dict(info["nms_configs"])
     return default_config().override(values).override(overrides)

@@ -25,6 +25,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
+from efficientdet_keras.detection.box_scales import image_box_factors, plain_scale
 from efficientdet_keras.inference import sidecar
 from efficientdet_keras.inference.sidecar import config_from_sidecar
 
@@ -65,8 +66,10 @@ def _interpreter_class():
     return Interpreter, OpResolverType
 
 
-def letterbox_uint8(image, image_size: Sequence[int], mean_rgb: Sequence[float]):
-    """The .tflite input for one image: aspect-preserving resize and bottom/right padding.
+def letterbox_uint8(image, image_size: Sequence[int], mean_rgb: Sequence[float],
+                    stretch: bool = False):
+    """The .tflite input for one image: aspect-preserving resize and bottom/right padding
+    (with `stretch`, for resize_mode stretch: each axis resized to the input on its own).
 
     The same resize as the Keras and SavedModel paths (`augment.resize_crop_pad`), but
     not normalised. Padding is mean_rgb (rounded), which the .tflite's own
@@ -77,14 +80,17 @@ def letterbox_uint8(image, image_size: Sequence[int], mean_rgb: Sequence[float])
       image_size: the model's input (H, W).
 
     Returns:
-      (uint8 numpy [H, W, 3], scale float: original pixels per input pixel).
+      (uint8 numpy [H, W, 3], scale: original pixels per input pixel, a float, or float32
+      [y, x] with `stretch`).
     """
     import tensorflow as tf
-    pixels, scale = letterbox_tensors(tf.convert_to_tensor(image), image_size, mean_rgb)
-    return pixels.numpy(), float(scale)
+    pixels, scale = letterbox_tensors(tf.convert_to_tensor(image), image_size, mean_rgb,
+                                      stretch)
+    return pixels.numpy(), plain_scale(scale)
 
 
-def letterbox_tensors(image, image_size: Sequence[int], mean_rgb: Sequence[float]):
+def letterbox_tensors(image, image_size: Sequence[int], mean_rgb: Sequence[float],
+                      stretch: bool = False):
     """`letterbox_uint8` in TensorFlow ops (eager or traced): (uint8 [H, W, 3], float32 scale).
 
     Rounds as `to_uint8` does (half to even, then clipped to 0..255).
@@ -94,7 +100,7 @@ def letterbox_tensors(image, image_size: Sequence[int], mean_rgb: Sequence[float
     mean = tf.constant(mean_rgb, tf.float32)
     # Shifting by -mean before padding and +mean after makes the padding mean, not 0.
     shifted, _, scale, _ = resize_crop_pad(image, tf.zeros([0, 4]), image_size,
-                                           normalize=lambda x: x - mean)
+                                           normalize=lambda x: x - mean, stretch=stretch)
     pixels = tf.clip_by_value(tf.round(shifted + mean), 0.0, 255.0)
     return tf.cast(pixels, tf.uint8), scale
 
@@ -146,21 +152,24 @@ class TFLiteDetector:
         return int(height), int(width)
 
     def letterbox(self, image) -> Tuple[np.ndarray, float]:
-        """uint8 [h, w, 3] -> (uint8 [H, W, 3] input, scale: original pixels per input pixel).
+        """uint8 [h, w, 3] -> (uint8 [H, W, 3] input, scale: original pixels per input pixel),
+        fitted as the file's resize_mode says (scale [y, x] for stretch).
 
         `letterbox_uint8`, traced once per detector for uint8 images of any size: its many
         small ops cost far less as one graph than one by one.
         """
         import tensorflow as tf
         image = tf.convert_to_tensor(image)
+        stretch = self.config.resize_mode == "stretch"
         if image.dtype != tf.uint8:
-            return letterbox_uint8(image, self.image_size, self.config.mean_rgb)
+            return letterbox_uint8(image, self.image_size, self.config.mean_rgb, stretch)
         if self._letterbox_fn is None:
             self._letterbox_fn = tf.function(
-                lambda pixels: letterbox_tensors(pixels, self.image_size, self.config.mean_rgb),
+                lambda pixels: letterbox_tensors(pixels, self.image_size, self.config.mean_rgb,
+                                                 stretch),
                 input_signature=[tf.TensorSpec([None, None, 3], tf.uint8)])
         pixels, scale = self._letterbox_fn(image)
-        return pixels.numpy(), float(scale)
+        return pixels.numpy(), plain_scale(scale)
 
     def run(self, letterboxed) -> Dict[str, np.ndarray]:
         """Runs the signature on one letterboxed uint8 image, [H, W, 3] or [1, H, W, 3].
@@ -181,17 +190,18 @@ class TFLiteDetector:
         letterboxed, scale = self.letterbox(image)
         return self.detections_from_outputs(self.run(letterboxed), scale)
 
-    def detections_from_outputs(self, outputs: Dict[str, np.ndarray], scale: float):
+    def detections_from_outputs(self, outputs: Dict[str, np.ndarray], scale):
         """dict(boxes [n, 4] original pixels, scores [n], classes [n] ids 1..C) of one image.
 
         Args:
-          outputs: `run`'s outputs for the image. scale: original pixels per input pixel.
+          outputs: `run`'s outputs for the image. scale: original pixels per input pixel (a
+            number, or [y, x] with resize_mode stretch).
         """
         if self.info["outputs"] == "raw":
             return self._decode_raw(outputs, scale)
         count = int(outputs["num_detections"][0])
         height, width = self.image_size
-        pixels = np.array([height, width, height, width], np.float32) * np.float32(scale)
+        pixels = np.array([height, width, height, width], np.float32) * image_box_factors(scale)
         scores = outputs["detection_scores"][0, :count].astype(np.float32)
         order = np.argsort(-scores, kind="stable")  # Callers may stop at a score threshold.
         # Clipped to the input, as postprocess_detections (and so the SavedModel) clips.
@@ -211,7 +221,7 @@ class TFLiteDetector:
                 lambda logits, codes, scales: postprocess_detections(
                     self.config, [logits], [codes], scales))
         found = self._raw_postprocess(outputs["class_outputs"], outputs["box_outputs"],
-                                      np.array([scale], np.float32))
+                                      np.asarray(scale, np.float32)[np.newaxis])
         # Sliced in numpy rather than with eager ops.
         boxes, scores, classes, valid = (tensor.numpy() for tensor in found)
         count = int(valid[0])

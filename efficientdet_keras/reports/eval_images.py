@@ -23,6 +23,7 @@ from efficientdet_keras.config.label_maps import label_names
 from efficientdet_keras.utils.drawing import draw_boxes, encode_png, side_by_side
 from efficientdet_keras.evaluation.tflite_evaluation import pipeline_images_to_uint8
 from efficientdet_keras.utils.fileio import write_bytes_atomically
+from efficientdet_keras.detection.box_scales import image_box_factors
 from efficientdet_keras.detection.postprocess import Detections
 
 # The TensorBoard tag of the pictures, and the folder under a run directory that holds them.
@@ -96,12 +97,13 @@ class EvaluationImages:
         pixels = pipeline_images_to_uint8(images[:wanted], self.config)
         truth_boxes = np.asarray(labels["groundtruth_boxes"])
         truth_classes = np.asarray(labels["groundtruth_classes"])
-        scales = np.asarray(labels["image_scales"], np.float32).reshape(-1)
+        scales = np.asarray(labels["image_scales"], np.float32)
         ids = np.asarray(labels["source_ids"]).reshape(-1)
         for i in range(wanted):
             count = int(detections.valid[i])
             # Detections are in original pixels; the picture is in input pixels.
-            boxes = np.asarray(detections.boxes[i][:count], np.float32) / scales[i]
+            boxes = (np.asarray(detections.boxes[i][:count], np.float32)
+                     / image_box_factors(scales[i]))
             picture = comparison_picture(pixels[i], truth_boxes[i], truth_classes[i], boxes,
                                          detections.scores[i][:count],
                                          detections.classes[i][:count], self.label_map,
