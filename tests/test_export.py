@@ -165,3 +165,23 @@ def test_detection_saved_model_matches_the_model(trained, tmp_path):
     assert len(first) == 3 and first[0]["score"] == pytest.approx(float(expected.scores[0, 0]), abs=1e-3)
     assert first[0]["name"] in ("circle", "square", "triangle", "cross")
     assert (out_dir / "img0.png").exists() and (out_dir / "img1.png").exists()
+
+
+def test_saved_model_of_a_stretch_trained_model_stretches(tmp_path):
+    """The serving graph fits images as the model was trained: with resize_mode stretch each
+    axis alone, and the boxes come back per axis, normalised to the original image."""
+    from efficientdet_keras.detection.postprocess import postprocess_detections
+    from efficientdet_keras.inference.serving_graph import DetectionModule
+    config = tiny_config(image_size=64, num_classes=3, resize_mode="stretch")
+    model = EfficientDetNet(config=config)
+    model.build_variables()
+    image = np.random.RandomState(0).randint(0, 256, [1, 40, 96, 3]).astype(np.uint8)
+    module = DetectionModule(model, config)  # Held: its tf.functions refer to it weakly.
+    found = module.detect_images(tf.constant(image))
+    stretched = tf.image.resize(tf.cast(image, tf.float32), (64, 64))
+    outputs = model((stretched - config.mean_rgb) / config.stddev_rgb, training=False)
+    expected = postprocess_detections(config, *outputs)  # Input pixels of the 64x64 input.
+    count = int(found["num_detections"][0])
+    assert count == int(expected.valid[0]) > 0
+    np.testing.assert_allclose(found["detection_boxes"][0, :count],
+                               expected.boxes[0, :count] / 64.0, atol=1e-4)

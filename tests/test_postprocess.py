@@ -107,29 +107,23 @@ def level_outputs(config, targets):
     return class_outputs, box_outputs
 
 
-def test_postprocess_decodes_scales_and_keeps_best():
+# One scale per image (letterbox), or a y and an x scale (resize_mode stretch), and the
+# hand-computed box [30, 40, 70, 90] in original pixels.
+@pytest.mark.parametrize("image_scales, expected_box", [
+    ([2.5], [75.0, 100.0, 175.0, 225.0]), ([[0.5, 3.0]], [15.0, 120.0, 35.0, 270.0])])
+def test_postprocess_decodes_scales_and_keeps_best(image_scales, expected_box):
     config = tiny_config(num_classes=3, image_size=128)
     config.nms_configs.method = "hard"
     # One confident detection: anchor 100 shifted to a known box, class id 2.
     target_box = np.array([30.0, 40.0, 70.0, 90.0], np.float32)
     class_outputs, box_outputs = level_outputs(config, {100: (target_box, 1, 5.0)})
     detections = postprocess_detections(config, class_outputs, box_outputs,
-                                        image_scales=tf.constant([2.5]))
+                                        image_scales=tf.constant(image_scales))
     assert detections.boxes.shape == (1, 100, 4) and detections.valid.dtype == tf.int32
     assert int(detections.valid[0]) == 1
-    np.testing.assert_allclose(detections.boxes[0, 0], target_box * 2.5, rtol=1e-4)
+    np.testing.assert_allclose(detections.boxes[0, 0], expected_box, rtol=1e-4)
     assert int(detections.classes[0, 0]) == 2
     np.testing.assert_allclose(float(detections.scores[0, 0]), 1 / (1 + np.exp(-5.0)), rtol=1e-5)
-
-
-def test_postprocess_scales_each_axis_for_stretched_images():
-    config = tiny_config(num_classes=3, image_size=128)
-    config.nms_configs.method = "hard"
-    target_box = np.array([30.0, 40.0, 70.0, 90.0], np.float32)
-    class_outputs, box_outputs = level_outputs(config, {100: (target_box, 1, 5.0)})
-    detections = postprocess_detections(config, class_outputs, box_outputs,
-                                        image_scales=tf.constant([[0.5, 3.0]]))
-    np.testing.assert_allclose(detections.boxes[0, 0], [15.0, 120.0, 35.0, 270.0], rtol=1e-4)
 
 
 @pytest.mark.parametrize("method", ["hard", "combined"])
