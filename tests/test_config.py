@@ -1,4 +1,6 @@
 import os
+import pickle
+import re
 
 import pytest
 import yaml
@@ -242,9 +244,31 @@ def test_values_are_checked_from_dicts_yaml_files_and_validate_config(tmp_path):
         c.override(str(path))
     assert c.override({"batch_size": 16.0, "learning_rate": 1}).batch_size == 16
     assert c.learning_rate == 1.0 and isinstance(c.learning_rate, float)
-    c.num_epochs = 0  # Assigned directly: no override check, but the model's is.
     with pytest.raises(ValueError, match="num_epochs must be a positive integer, got 0"):
-        validate_config(c)
+        c.num_epochs = 0  # Assigned directly: the same check.
+    # A config built from values (a run's config.yaml) is checked where a model is made.
+    with pytest.raises(ValueError, match="num_epochs must be a positive integer, got 0"):
+        validate_config(Config(dict(c.as_dict(), num_epochs=0)))
+
+
+def test_nested_configs_check_their_keys_as_the_whole_config_does():
+    c = get_efficientdet_config("efficientdet-d0")
+    message = "nms_configs.iou_thresh must be a number in [0, 1], got 7.0"
+    for set_value in (lambda: c.override({"nms_configs": {"iou_thresh": 7.0}}),
+                      lambda: c.nms_configs.override({"iou_thresh": 7.0}),
+                      lambda: c.nms_configs.override("iou_thresh=7"),
+                      lambda: setattr(c.nms_configs, "iou_thresh", 7.0),
+                      lambda: c["nms_configs"].__setitem__("iou_thresh", 7.0)):
+        with pytest.raises(ValueError, match=re.escape(message.replace("7.0", "7"))):
+            set_value()
+    with pytest.raises(ValueError, match="nms_configs.score_thresh must be a number"):
+        c.nms_configs.override({"score_thresh": None})  # Later a TypeError in NMS.
+    with pytest.raises(ValueError, match="Unknown config key 'nms_configs.iou'"):
+        c.nms_configs.override({"iou": 0.5})
+    assert c.nms_configs.iou_thresh == 0.5 and c.nms_configs.score_thresh == 0.001
+    copied = pickle.loads(pickle.dumps(c.copy()))
+    with pytest.raises(ValueError, match="nms_configs.iou_thresh"):
+        copied.nms_configs.override({"iou_thresh": 7.0})
 
 
 def test_model_optimizations_are_checked_at_the_door():

@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from helpers import REPO_ROOT
-from efficientdet_keras.config import (MODEL_NAMES, PACKAGED_HPARAMS_DIR, get_efficientdet_config,
-                                       validate_config)
+from efficientdet_keras.config import (MODEL_NAMES, PACKAGED_HPARAMS_DIR, Config,
+                                       get_efficientdet_config, validate_config)
 from efficientdet_keras.config.defaults import default_values
 from efficientdet_keras.config.rules import allowed_values, flatten, format_value
 
@@ -135,18 +135,22 @@ def test_a_value_outside_the_rule_is_a_one_line_error_naming_the_key(key, bad):
     assert str(error.value) == expected and "\n" not in expected
     assert config.as_dict() == before
     head, _, leaf = key.rpartition(".")
-    (config[head] if head else config)[leaf] = bad  # Assigned directly: validate_config checks.
+    with pytest.raises(ValueError) as error:  # Assigned directly: the same check.
+        (config[head] if head else config)[leaf] = bad
+    assert str(error.value) == expected
+    assert config.as_dict() == before
+    values = config.as_dict()  # A config built from values (a run's config.yaml).
+    (values[head] if head else values)[leaf] = bad
     with pytest.raises(ValueError) as error:
-        validate_config(config)
+        validate_config(Config(values))
     assert str(error.value) == expected
 
 
 def test_clip_gradients_per_tensor_takes_only_true_or_false():
     config = get_efficientdet_config("efficientdet-d0")
-    config["clip_gradients_per_tensor"] = "yes"
     with pytest.raises(ValueError, match="^Invalid config: clip_gradients_per_tensor must be "
                                          "true or false, got 'yes'$"):
-        validate_config(config)
+        config["clip_gradients_per_tensor"] = "yes"
 
 
 def test_the_rules_name_the_values_their_consumers_accept():

@@ -18,13 +18,21 @@ class Config:
     """A nested, attribute-accessible configuration.
 
     `cfg.a.b` and `cfg["a"]["b"]` are the same value. Assigning a new attribute
-    directly adds a key; `override()` only changes keys that already exist.
+    directly adds a key; `override()` only changes keys that already exist. Every way of
+    setting a key that has a rule (`override` on the whole config or on a nested one, an
+    attribute or item assignment) checks the value against it (`rules.check_value`).
+
+    Args:
+      values: the keys and values; nested mappings become nested Configs.
+      prefix: the dotted path of this config inside its parent ("nms_configs."), which
+        names its keys in messages and finds their rules.
     """
 
-    def __init__(self, values: Mapping[str, Any] = None):
+    def __init__(self, values: Mapping[str, Any] = None, prefix: str = ""):
         object.__setattr__(self, "_values", {})
+        object.__setattr__(self, "_prefix", prefix)
         for key, value in (values or {}).items():
-            self[key] = value
+            self._store(key, value)
 
     # --- mapping and attribute access ---------------------------------------
     def __getattr__(self, key: str) -> Any:
@@ -42,10 +50,17 @@ class Config:
         return self._values[key]
 
     def __setitem__(self, key: str, value: Any) -> None:
+        if key in self._values and not isinstance(value, Mapping):
+            check_value(self._prefix + key, _normalise_value(key, value))
+        self._store(key, value)
+
+    def _store(self, key: str, value: Any) -> None:
+        """Sets a key (checked by the caller, or a config being built)."""
         if key in PLAIN_DICT_KEYS and isinstance(value, Mapping):
             value = {_int_or_str(k): v for k, v in value.items()}
-        elif isinstance(value, Mapping) and not isinstance(value, Config):
-            value = Config(value)
+        elif isinstance(value, Mapping):
+            value = Config(value.as_dict() if isinstance(value, Config) else value,
+                           prefix=self._prefix + key + ".")
         self._values[key] = _normalise_value(key, value)
 
     def __contains__(self, key: str) -> bool:
@@ -66,15 +81,13 @@ class Config:
         return "Config(%r)" % self.as_dict()
 
     def __deepcopy__(self, memo):
-        return Config(copy.deepcopy(self.as_dict(), memo))
+        return Config(copy.deepcopy(self.as_dict(), memo), prefix=self._prefix)
 
     def __getstate__(self):
-        return self.as_dict()
+        return {"values": self.as_dict(), "prefix": self._prefix}
 
     def __setstate__(self, state):
-        object.__setattr__(self, "_values", {})
-        for key, value in state.items():
-            self[key] = value
+        self.__init__(state["values"], state["prefix"])
 
     def keys(self):
         return self._values.keys()
@@ -122,12 +135,12 @@ class Config:
             return self
         if isinstance(overrides, str):
             for mapping in override_mappings(overrides):
-                self._update(mapping, allow_new_keys, prefix="")
+                self._update(mapping, allow_new_keys, prefix=self._prefix)
             return self
         if not isinstance(overrides, Mapping):
             raise ValueError("Config overrides must be a dict, a 'k=v,...' string or "
                              "a YAML path, got %r" % type(overrides).__name__)
-        self._update(overrides, allow_new_keys, prefix="")
+        self._update(overrides, allow_new_keys, prefix=self._prefix)
         return self
 
     def _update(self, overrides: Mapping[str, Any], allow_new_keys: bool, prefix: str):
@@ -143,20 +156,20 @@ class Config:
             if key not in self._values:
                 if not allow_new_keys:
                     raise ValueError(_unknown_key_message(full_key, self._values.keys(), prefix))
-                self[key] = value
+                self._store(key, value)
                 continue
             current = self._values[key]
             if key in PLAIN_DICT_KEYS and isinstance(value, Mapping):
                 # A dict adds to a dict; it replaces a named label map ("coco") or null.
                 merged = _merged_nested(current if isinstance(current, Mapping) else {}, value)
                 check_value(full_key, merged)
-                self[key] = merged
+                self._store(key, merged)
             elif isinstance(current, Config) and isinstance(value, Mapping):
                 current._update(value, allow_new_keys, full_key + ".")
             else:
                 value = coerce_like(current, value, full_key)
                 check_value(full_key, value)
-                self[key] = value
+                self._store(key, value)
 
     # --- YAML ----------------------------------------------------------------
     def save_yaml(self, path: str) -> str:
