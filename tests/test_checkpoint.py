@@ -190,3 +190,20 @@ def test_archive_directory_means_its_best_checkpoint(tmp_path):
         '{"monitor": "AP", "mode": "max", "checkpoints": []}')
     with pytest.raises(FileNotFoundError, match="lists no checkpoint"):
         resolve_checkpoint_path(str(tmp_path / "empty"))
+
+
+@pytest.mark.parametrize("mode, values", [("max", [0.5, 0.5, 0.5]), ("min", [1.0, 1.0, 2.0])])
+def test_archive_ties_keep_the_newer_checkpoint(tmp_path, mode, values):
+    from efficientdet_keras.checkpoint.archive import CheckpointArchive
+    model = EfficientDetNet(config=tiny_config(fpn_num_filters=16, fpn_cell_repeats=1,
+                                               box_class_repeats=1))
+    model.build_variables()
+    archive = CheckpointArchive(str(tmp_path / "archive"), keep=1, monitor="loss", mode=mode)
+    kept = [archive.consider(save_ckpt(model, str(tmp_path / ("ckpt-%d" % epoch))), epoch,
+                             {"loss": value}) for epoch, value in enumerate(values, 1)]
+    # Equal to the archived one: the newer replaces it; worse (min: 2.0): not archived.
+    assert kept == ([True, True, True] if mode == "max" else [True, True, False])
+    expected = "ckpt-3" if mode == "max" else "ckpt-2"
+    assert [entry["name"] for entry in archive.entries()] == [expected]
+    assert sorted(os.listdir(tmp_path / "archive")) == sorted(
+        ["archive.json", expected + ".data-00000-of-00001", expected + ".index"])

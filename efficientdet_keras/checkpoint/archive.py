@@ -82,12 +82,15 @@ class CheckpointArchive:
             return None
         return dict(entries[0], path=os.path.join(self.archive_dir, entries[0]["name"]))
 
-    def _rank_key(self, entry: Dict) -> float:
+    def _rank_key(self, entry: Dict):
+        """Best first; at an equal metric the later epoch first, as the reference's archive
+        keeps the newer checkpoint (it has trained longer for the same score)."""
         value = float(entry[self.monitor])
-        return -value if self.mode == "max" else value
+        return (-value if self.mode == "max" else value, -int(entry["epoch"]))
 
     def consider(self, checkpoint_prefix: str, epoch: int, metrics: Dict[str, float]) -> bool:
-        """Archives the checkpoint when it ranks among the best `keep`; returns whether it did.
+        """Archives the checkpoint when it ranks among the best `keep` (a tie with an archived
+        one ranks it above the older); returns whether it did.
 
         Raises:
           KeyError naming the monitored metric when `metrics` lacks it.
