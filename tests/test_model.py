@@ -224,3 +224,28 @@ def test_upsampling_equals_the_released_resize(source, target):
                                            tf.TensorSpec([], tf.int32),
                                            tf.TensorSpec([], tf.int32)])
     np.testing.assert_array_equal(unknown(x, *target), reference)
+
+
+@pytest.mark.parametrize("act_type", ["swish_native", "mish"])
+def test_more_activations_with_the_same_variables(act_type):
+    from efficientdet_keras.model.layers import activation_fn
+    x = tf.constant([-2.0, 0.0, 1.5])
+    expected = {"swish_native": [-2 / (1 + np.exp(2)), 0.0, 1.5 / (1 + np.exp(-1.5))],
+                "mish": [-2 * np.tanh(np.log1p(np.exp(-2))), 0.0,
+                         1.5 * np.tanh(np.log1p(np.exp(1.5)))]}[act_type]
+    np.testing.assert_allclose(activation_fn(x, act_type), expected, rtol=1e-6)
+    small = dict(image_size=64, num_classes=3, fpn_num_filters=16, fpn_cell_repeats=1,
+                 box_class_repeats=1)
+    models = [EfficientDetNet(config=tiny_config(act_type=name, **small))
+              for name in ("swish", act_type)]
+    for model in models:
+        model.build_variables()
+    assert [v.name for v in models[0].variables] == [v.name for v in models[1].variables]
+    models[1].set_weights(models[0].get_weights())
+    image = tf.random.stateless_uniform([1, 64, 64, 3], [0, 1])
+    swish, other = (model(image, training=False)[1][0] for model in models)  # Box level 3.
+    difference = np.abs(other - swish).max() / np.abs(swish).max()
+    if act_type == "swish_native":  # The same function: the same outputs.
+        assert difference < 1e-4
+    else:
+        assert difference > 1e-2

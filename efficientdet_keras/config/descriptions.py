@@ -79,7 +79,9 @@ KEY_DESCRIPTIONS: Dict[str, str] = {
                            "conv (with bias), BatchNorm, as the released models.",
     "pooling_type": "Pooling that takes a feature map to a coarser level.",
     "act_type": "Activation of the backbone, BiFPN and heads; swish and silu are the same "
-                "function, the Lite presets use relu6.",
+                "function, swish_native computes it from plain ops (x * sigmoid(x)), mish is "
+                "x * tanh(softplus(x)); the Lite presets use relu6. The variable names do not "
+                "depend on it, so a checkpoint loads under any of them.",
     "survival_prob": "Heads: with a value, each layer after the first gets a residual "
                      "connection, dropped per image with probability 1 - survival_prob in "
                      "training; null: no residuals, as released.",

@@ -22,7 +22,8 @@ _BOOL_OR_STRING_KEYS = ("mixed_precision",)
 _STRING_OR_LIST_KEYS = ("grappler_off",)
 
 # Names accepted for act_type; the functions live in model/layers.py.
-ACTIVATIONS = ("swish", "silu", "relu", "relu6", "hswish", "leaky_relu")
+ACTIVATIONS = ("swish", "silu", "swish_native", "relu", "relu6", "hswish", "leaky_relu",
+               "mish")
 
 # Grappler passes grappler_off may name (fields of TensorFlow's RewriterConfig; see
 # training/grappler.py). "second_iteration" is Grappler's second round over all the passes.

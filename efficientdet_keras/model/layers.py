@@ -13,6 +13,10 @@ def activation_fn(x: tf.Tensor, act_type: str) -> tf.Tensor:
     """Applies the activation named by the config's `act_type`."""
     if act_type in ("swish", "silu"):
         return tf.nn.silu(x)
+    if act_type == "swish_native":
+        # The same function from plain ops (no fused kernel, gradient by autodiff), for
+        # runtimes and converters that lack the fused op.
+        return x * tf.sigmoid(x)
     if act_type == "relu":
         return tf.nn.relu(x)
     if act_type == "relu6":
@@ -21,6 +25,8 @@ def activation_fn(x: tf.Tensor, act_type: str) -> tf.Tensor:
         return x * tf.nn.relu6(x + 3.0) / 6.0
     if act_type == "leaky_relu":
         return tf.nn.leaky_relu(x, alpha=0.1)
+    if act_type == "mish":
+        return x * tf.math.tanh(tf.math.softplus(x))
     raise ValueError("Unknown act_type %r; choose one of %s" % (act_type, ", ".join(ACTIVATIONS)))
 
 
