@@ -203,3 +203,56 @@ def test_top_candidates_are_the_top_k_pairs_of_all_anchors(num_classes, monkeypa
         np.testing.assert_allclose(np.sort(scores[image]),
                                    np.sort(1 / (1 + np.exp(-logits[image].reshape(-1)[best]))),
                                    rtol=1e-6)
+
+
+# The reference implementation's own post-processing case (google/automl,
+# efficientdet/tf2/postprocess_test.py): network outputs drawn with seed 1111 for a model of
+# levels 1-2, one anchor per place, 2 classes, 8 px input, image scales 1 and 2, the best 10
+# (anchor, class) pairs into NMS (IoU 0.5), 2 detections kept. Its rows, [image id, xmin,
+# ymin, xmax, ymax, score, class] in original pixels, are the reference's evaluation path,
+# which never clips; clipped here to the images (8 and 16 px) they are this package's.
+REFERENCE_ROWS = [
+    [[0., -1.177383, 1.793507, 8.340945, 4.418388, 0.901576, 2.],
+     [0., 5.676410, 6.102146, 7.785691, 8.537168, 0.888125, 1.]],
+    [[1., 5.885427, 13.529362, 11.410081, 14.154047, 0.884544, 1.],
+     [1., 8.145872, -9.660868, 14.173973, 10.41237, 0.815883, 2.]]]
+
+
+def reference_case_outputs():
+    tf.random.set_seed(1111)
+    class_outputs = [tf.random.normal([2, 4, 4, 2]), tf.random.normal([2, 2, 2, 2])]
+    box_outputs = [tf.random.normal([2, 4, 4, 4]), tf.random.normal([2, 2, 2, 4])]
+    config = tiny_config().override(dict(
+        min_level=1, max_level=2, aspect_ratios=[1.0], num_scales=1, anchor_scale=1.0,
+        image_size=8, num_classes=2, nms_configs=dict(iou_thresh=0.5, score_thresh=0.0,
+                                                      max_nms_inputs=10, max_output_size=2)))
+    return config, class_outputs, box_outputs
+
+
+@pytest.mark.parametrize("method", ["hard", "combined", "gaussian", "global"])
+def test_the_reference_postprocessing_rows(method):
+    config, class_outputs, box_outputs = reference_case_outputs()
+    config.nms_configs.method = method
+    found = postprocess_detections(config, class_outputs, box_outputs, tf.constant([1.0, 2.0]))
+    rows = np.array(REFERENCE_ROWS)
+    sizes = np.array([8.0, 16.0])[:, np.newaxis, np.newaxis]
+    expected_boxes = np.clip(rows[..., [2, 1, 4, 3]], 0.0, sizes)  # ymin, xmin, ymax, xmax
+    np.testing.assert_array_equal(found.valid, [2, 2])
+    np.testing.assert_allclose(found.boxes, expected_boxes, atol=1e-5)
+    np.testing.assert_allclose(found.scores, rows[..., 5], atol=1e-6)
+    np.testing.assert_array_equal(found.classes, rows[..., 6])
+
+
+def test_global_nms_suppresses_across_classes():
+    # Two classes on nearly the same box (IoU 0.9): per class both stay, across classes the
+    # lower-scoring one goes; a third box elsewhere stays either way.
+    config = tiny_config(num_classes=3, image_size=128)
+    outputs = level_outputs(config, {
+        100: (np.array([10.0, 10.0, 60.0, 60.0]), 0, 4.0),
+        101: (np.array([10.0, 10.0, 60.0, 55.0]), 1, 3.0),
+        900: (np.array([70.0, 70.0, 120.0, 120.0]), 2, 2.0)})
+    for method, expected_classes in (("hard", [1, 2, 3]), ("global", [1, 3])):
+        config.nms_configs.method = method
+        found = postprocess_detections(config, *outputs)
+        count = int(found.valid[0])
+        assert list(found.classes[0, :count].numpy()) == expected_classes, method

@@ -52,7 +52,7 @@ flags.DEFINE_string("val_json_file", "", "COCO ground-truth JSON. With --image_d
 flags.DEFINE_string("image_dir", "", "Image folder of --val_json_file.")
 flags.DEFINE_integer("batch_size", 8, "Images per batch.")
 flags.DEFINE_integer("eval_samples", 0, "Evaluate at most this many images (0: all).")
-flags.DEFINE_enum("nms_method", None, ["hard", "gaussian", "combined"],
+flags.DEFINE_enum("nms_method", None, ["hard", "gaussian", "combined", "global"],
                   "The NMS method (default: the config's nms_configs.method).")
 flags.DEFINE_float("nms_iou_thresh", None, "The NMS IoU threshold, for hard and combined "
                    "NMS (default: the config's nms_configs.iou_thresh).")

@@ -228,9 +228,11 @@ KEY_DESCRIPTIONS: Dict[str, str] = {
                 "always evaluated.",
     "nms_configs.method": "Non-max suppression per class: gaussian (soft-NMS: overlapping "
                           "scores decay by exp(-IoU^2 / sigma)), hard, or combined (hard, by "
-                          "TensorFlow's combined_non_max_suppression); null: hard.",
-    "nms_configs.iou_thresh": "hard and combined NMS drop a box whose IoU with a "
-                              "higher-scoring box of its class is above this; 0: 0.5.",
+                          "TensorFlow's combined_non_max_suppression); or global: hard NMS "
+                          "across classes, one box per place whatever its class; null: hard.",
+    "nms_configs.iou_thresh": "hard, combined and global NMS drop a box whose IoU with a "
+                              "higher-scoring box (of its class, but for global) is above "
+                              "this; 0: 0.5.",
     "nms_configs.score_thresh": "Detections scoring below this are dropped.",
     "nms_configs.sigma": "gaussian NMS: width of the score decay exp(-IoU^2 / sigma); 0 or "
                          "null: 0.5.",

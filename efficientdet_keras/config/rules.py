@@ -43,7 +43,7 @@ MIXED_PRECISION_VALUES = (False, True, "float16", "bfloat16", "float32", None)
 # For iou_loss_type and nms_configs.method, null and "" also go: the loss is then off (the
 # trainer tests truthiness) and post-processing runs hard NMS.
 IOU_LOSS_TYPES = ("iou", "giou", "diou", "ciou")
-NMS_METHODS = ("hard", "gaussian", "combined")
+NMS_METHODS = ("hard", "gaussian", "combined", "global")
 # How an image meets the network input: keeping its aspect ratio and padding (letterbox), or
 # resized to the input on each axis alone, as MediaPipe and the Task Library do (stretch).
 RESIZE_MODES = ("letterbox", "stretch")

@@ -12,7 +12,8 @@ import tensorflow as tf
 
 from efficientdet_keras.detection.anchors import Anchors, concat_levels, decode_boxes
 
-NMS_METHODS = ("hard", "gaussian", "combined")
+# global: hard NMS across classes (class-agnostic), as the reference's postprocess_global.
+NMS_METHODS = ("hard", "gaussian", "combined", "global")
 # From this many classes on, the top-k first keeps the best anchors (`_top_candidates`):
 # with many classes it saves more of the per-class work than it costs; with fewer it does not.
 PRESELECT_MIN_CLASSES = 10
@@ -79,9 +80,10 @@ def _class_offset_boxes(boxes: tf.Tensor, classes: tf.Tensor) -> tf.Tensor:
 
 
 def _nms_one_image(boxes, scores, classes, max_output: int, iou_threshold: float,
-                   score_threshold: float, soft_nms_sigma: float):
-    """Class-aware NMS (hard or soft) on one image's candidates; padded outputs."""
-    shifted = _class_offset_boxes(boxes, classes)
+                   score_threshold: float, soft_nms_sigma: float, class_aware: bool = True):
+    """NMS (hard or soft) on one image's candidates, per class or across classes; padded
+    outputs."""
+    shifted = _class_offset_boxes(boxes, classes) if class_aware else boxes
     index, kept_scores, count = tf.raw_ops.NonMaxSuppressionV5(
         boxes=shifted, scores=scores, max_output_size=max_output, iou_threshold=iou_threshold,
         score_threshold=score_threshold, soft_nms_sigma=soft_nms_sigma,
@@ -96,10 +98,11 @@ def _nms_one_image(boxes, scores, classes, max_output: int, iou_threshold: float
 def batched_nms(boxes: tf.Tensor, scores: tf.Tensor, classes: tf.Tensor, num_classes: int,
                 method: str, max_output: int, iou_threshold: float, score_threshold: float,
                 sigma: float) -> Detections:
-    """Class-aware NMS of candidates `[B, K, 4]`, `[B, K]`, `[B, K]` (0-based classes).
+    """NMS of candidates `[B, K, 4]`, `[B, K]`, `[B, K]` (0-based classes).
 
     method: "hard" (suppress IoU > iou_threshold), "gaussian" (soft-NMS: scores
-    decay by exp(-IoU^2 / sigma)), or "combined" (tf.image.combined_non_max_suppression).
+    decay by exp(-IoU^2 / sigma)), "combined" (tf.image.combined_non_max_suppression), all
+    per class; or "global" (hard, across classes: a box suppresses any class).
     Boxes stay in the coordinates they came in. Classes in the result are 1-based.
     """
     if method not in NMS_METHODS:
@@ -112,11 +115,13 @@ def batched_nms(boxes: tf.Tensor, scores: tf.Tensor, classes: tf.Tensor, num_cla
         iou_threshold, soft_sigma = 1.0, sigma / 2.0
     else:
         soft_sigma = 0.0
+    class_aware = method != "global"
     fn_output = (tf.TensorSpec([max_output, 4], tf.float32), tf.TensorSpec([max_output], tf.float32),
                  tf.TensorSpec([max_output], tf.int32), tf.TensorSpec([], tf.int32))
     out = tf.map_fn(
         lambda args: _nms_one_image(*args, max_output=max_output, iou_threshold=iou_threshold,
-                                    score_threshold=score_threshold, soft_nms_sigma=soft_sigma),
+                                    score_threshold=score_threshold, soft_nms_sigma=soft_sigma,
+                                    class_aware=class_aware),
         (boxes, scores, tf.cast(classes, tf.int32)), fn_output_signature=fn_output)
     return Detections(*out)
 

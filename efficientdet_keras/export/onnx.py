@@ -56,13 +56,14 @@ _DYNAMIC_INPUT_DIMENSIONS = ("batch", "height", "width")
 
 
 def check_hard_nms(config) -> None:
-    """Raises a one-line ValueError unless the config's NMS is hard NMS, the one ONNX has.
+    """Raises a one-line ValueError unless the config's NMS is hard NMS (per class, or
+    global: across classes), the one ONNX has.
 
     tf2onnx would turn soft-NMS into NonMaxSuppression with an IoU threshold of 1, which
     suppresses nothing: a file with other detections than the model's, made silently.
     """
     method = config.nms_configs.method or "hard"
-    if method != "hard":
+    if method not in ("hard", "global"):
         raise ValueError("ONNX export needs hard NMS, but nms_configs.method is %r (ONNX "
                          "NonMaxSuppression has no soft-NMS): pass "
                          "--hparams=nms_configs.method=hard" % method)
@@ -87,7 +88,8 @@ def sidecar_info(config, opset: int) -> dict:
     """The sidecar json of an .onnx: the model's keys (`model_info`), the opset, and the NMS
     settings the file's detections went through."""
     return dict(model_info(config), format="onnx", opset=int(opset),
-                nms_configs=dict(config.nms_configs.as_dict(), method="hard"))
+                nms_configs=dict(config.nms_configs.as_dict(),
+                                 method=config.nms_configs.method or "hard"))
 
 
 def _name_dynamic_dimensions(proto) -> None:
