@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
 
 from helpers import REPO_ROOT
 from efficientdet_keras.data.tfrecord_writer import write_tfrecords
@@ -156,3 +157,47 @@ def test_unreadable_images_are_skipped_and_all_missing_leaves_nothing(tmp_path):
     with pytest.raises(ValueError, match="none of the 2 images could be read"):
         write_tfrecords(records, str(out / "gone"), num_shards=2, show_progress=False)
     assert sorted(os.listdir(out)) == ["part-%05d-of-00003.tfrecord" % i for i in range(3)]
+
+
+def test_coco_segmentation_and_iscrowd_reach_ground_truth_json(tmp_path):
+    json_path, image_dir = write_tiny_coco(tmp_path)
+    with open(json_path) as f:
+        data = json.load(f)
+    polygon = [[3, 2, 15, 2, 15, 12, 3, 12]]
+    crowd_rle = {"size": [20, 30], "counts": [0, 600]}
+    data["annotations"][0]["segmentation"] = polygon
+    data["annotations"][1]["segmentation"] = crowd_rle  # The iscrowd one.
+    # A box with no width is dropped on writing; the segmentations after it must stay theirs.
+    data["annotations"].insert(2, {"id": 4, "image_id": 9, "category_id": 1, "bbox": [5, 5, 0, 4],
+                                   "segmentation": [[5, 5, 5, 9, 6, 9]]})
+    with open(json_path, "w") as f:
+        json.dump(data, f)
+
+    prefix, gt_json = str(tmp_path / "out" / "coco"), str(tmp_path / "out" / "gt.json")
+    result = run_tool("--input_format=coco", "--coco_json=" + json_path,
+                      "--image_dir=" + image_dir, "--output_prefix=" + prefix,
+                      "--output_json=" + gt_json)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Wrote 2 images (3 objects)" in result.stdout
+    with open(gt_json) as f:
+        annotations = json.load(f)["annotations"]
+    assert [a["bbox"] for a in annotations] == [[3, 2, 12, 10], [0, 0, 30, 20], [4, 5, 8, 4]]
+    assert [a["segmentation"] for a in annotations] == [polygon, crowd_rle, []]
+    assert [a["iscrowd"] for a in annotations] == [0, 1, 0]
+    assert not any("ignore" in a for a in annotations)  # Only VOC sources have difficult.
+    # The VOC-only features are not written for COCO input.
+    (serialized,) = tf.data.TFRecordDataset(prefix + "-00000-of-00001.tfrecord").take(1)
+    features = tf.train.Example.FromString(serialized.numpy()).features.feature
+    assert "image/object/difficult" not in features and "image/object/view" not in features
+
+    # Bounding-box evaluation works on the written file: exact detections of the two
+    # non-crowd boxes score AP 1.
+    groundtruth = COCO(gt_json)
+    detections = groundtruth.loadRes([
+        {"image_id": 7, "category_id": 3, "bbox": [3, 2, 12, 10], "score": 0.9},
+        {"image_id": 9, "category_id": 1, "bbox": [4, 5, 8, 4], "score": 0.8}])
+    evaluator = COCOeval(groundtruth, detections, "bbox")
+    evaluator.evaluate()
+    evaluator.accumulate()
+    evaluator.summarize()
+    assert evaluator.stats[0] == pytest.approx(1.0)

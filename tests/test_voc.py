@@ -1,3 +1,4 @@
+import json
 import os
 
 import numpy as np
@@ -6,7 +7,8 @@ import tensorflow as tf
 
 from efficientdet_keras.data.voc import VOC_LABEL_MAP, load_voc_records
 
-# id -> (height, width, [(name, xmin, ymin, xmax, ymax, difficult)]), in VOC's 1-based pixels.
+# id -> (height, width, [(name, xmin, ymin, xmax, ymax, difficult)]), in VOC's 1-based pixels;
+# an object may add a dict of further tags ({"truncated": 1, "pose": "Left"}).
 # The split file lists them in this (unsorted) order.
 TINY_VOC = {
     "000003": (16, 20, [("car", 2, 3, 10, 12, 0)]),
@@ -18,10 +20,12 @@ TINY_VOC = {
 def write_annotation(path, height, width, objects):
     parts = ["<annotation><size><width>%d</width><height>%d</height><depth>3</depth></size>"
              % (width, height)]
-    for name, xmin, ymin, xmax, ymax, difficult in objects:
-        parts.append("<object><name>%s</name><difficult>%d</difficult><bndbox><xmin>%d</xmin>"
+    for name, xmin, ymin, xmax, ymax, difficult, *tags in objects:
+        extra = "".join("<%s>%s</%s>" % (tag, value, tag) for tag, value in
+                        (tags[0] if tags else {}).items())
+        parts.append("<object><name>%s</name><difficult>%d</difficult>%s<bndbox><xmin>%d</xmin>"
                      "<ymin>%d</ymin><xmax>%d</xmax><ymax>%d</ymax></bndbox></object>"
-                     % (name, difficult, xmin, ymin, xmax, ymax))
+                     % (name, difficult, extra, xmin, ymin, xmax, ymax))
     parts.append("</annotation>")
     with open(path, "w") as f:
         f.write("".join(parts))
@@ -109,3 +113,43 @@ def test_malformed_xml_names_file(tmp_path, content, reason):
 def test_voc_label_map_has_twenty_classes():
     assert sorted(VOC_LABEL_MAP) == list(range(1, 21))
     assert VOC_LABEL_MAP[15] == "person" and VOC_LABEL_MAP[20] == "tvmonitor"
+
+
+def test_difficult_truncated_and_pose_reach_tfrecords_and_ground_truth(tmp_path):
+    # The inverted dog box is dropped on writing: the fields of the others must stay theirs.
+    root = make_voc_tree(tmp_path / "VOC", {"000007": (24, 32, [
+        ("person", 1, 1, 32, 24, 1, {"truncated": 1, "pose": "Frontal"}),
+        ("dog", 9, 3, 4, 9, 0, {"truncated": 1, "pose": "Rear"}),
+        ("cat", 10, 8, 20, 16, 0, {"pose": "Left"}),
+        ("car", 2, 2, 6, 6, 0)])})  # No <truncated> or <pose>: 0 and "Unspecified".
+    (record,) = load_voc_records(root)
+    assert record.difficult.tolist() == [1, 0, 0, 0]
+    assert record.truncated.tolist() == [1, 1, 0, 0]
+    assert record.view.tolist() == ["Frontal", "Rear", "Left", "Unspecified"]
+
+    # Lazy: test_create_tfrecord imports this module.
+    from test_create_tfrecord import run_tool
+    prefix, gt_json = str(tmp_path / "out" / "train"), str(tmp_path / "out" / "gt.json")
+    result = run_tool("--input_format=voc", "--voc_root=" + root, "--output_prefix=" + prefix,
+                      "--output_json=" + gt_json)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Wrote 1 images (3 objects)" in result.stdout
+
+    (serialized,) = tf.data.TFRecordDataset(prefix + "-00000-of-00001.tfrecord")
+    parsed = tf.io.parse_single_example(serialized, {
+        "image/object/difficult": tf.io.VarLenFeature(tf.int64),
+        "image/object/truncated": tf.io.VarLenFeature(tf.int64),
+        "image/object/view": tf.io.VarLenFeature(tf.string),
+        "image/object/is_crowd": tf.io.VarLenFeature(tf.int64)})
+    values = {key: tf.sparse.to_dense(value).numpy().tolist() for key, value in parsed.items()}
+    assert values == {"image/object/difficult": [1, 0, 0],
+                      "image/object/truncated": [1, 0, 0],
+                      "image/object/view": [b"Frontal", b"Left", b"Unspecified"],
+                      "image/object/is_crowd": [1, 0, 0]}
+
+    with open(gt_json) as f:
+        annotations = json.load(f)["annotations"]
+    assert [a["category_id"] for a in annotations] == [15, 8, 7]  # person, cat, car
+    assert [a["ignore"] for a in annotations] == [1, 0, 0]
+    assert [a["iscrowd"] for a in annotations] == [1, 0, 0]
+    assert [a["segmentation"] for a in annotations] == [[], [], []]

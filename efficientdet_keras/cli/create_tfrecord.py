@@ -1,7 +1,8 @@
 """efficientdet-create-tfrecord: COCO JSON or Pascal VOC into sharded TFRecord files.
 
 Examples are in the Object Detection API layout (`data.tf_example.record_to_tf_example`):
-image bytes stored as they are on disk (no re-encoding), boxes normalised to 0..1.
+image bytes stored as they are on disk (no re-encoding), boxes normalised to 0..1; VOC
+examples also hold each object's difficult, truncated and view (the XML's pose).
 Shards are named <output_prefix>-00000-of-00004.tfrecord and filled round-robin.
 
   efficientdet-create-tfrecord --input_format=voc --voc_root=VOCdevkit/VOC2012 \\
@@ -10,8 +11,9 @@ Shards are named <output_prefix>-00000-of-00004.tfrecord and filled round-robin.
 
 --output_json writes the COCO ground truth of the images actually written
 (skipped images are left out), from `records_to_coco`. Evaluation needs it for VOC;
-for COCO it is an optional, box-only copy of the input (annotation ids renumbered,
-segmentations dropped, areas kept).
+for COCO it is an optional copy of the input (annotation ids renumbered; iscrowd, areas
+and segmentations kept). Annotations without a segmentation get "segmentation": [], and
+VOC ones "ignore": 1 for difficult objects (which are also iscrowd), else 0.
 
 Every record gets the training pipeline's checks (`data.decode`): records it would
 skip (missing, unreadable or corrupt images, mismatched box and label lists) are

@@ -88,18 +88,27 @@ def records_to_coco(records: Sequence[ImageRecord], label_map: Dict[int, str]) -
     """The COCO ground-truth dict (images, annotations, categories) of some records.
 
     Evaluation needs this for data that did not come as COCO JSON (VOC, synthetic).
+    Every annotation has "iscrowd" and "segmentation": the record's own (COCO), else []
+    (which bbox evaluation never reads); records with difficult (VOC) also get "ignore",
+    1 for difficult objects.
     """
     images, annotations = [], []
     next_ann_id = 1
     for record in records:
         images.append({"id": json_image_id(record.image_id), "file_name": record.filename,
                        "height": int(record.height), "width": int(record.width)})
-        for box, cls, crowd, area in zip(record.boxes, record.classes, record.is_crowd, record.area):
+        objects = zip(record.boxes, record.classes, record.is_crowd, record.area)
+        for index, (box, cls, crowd, area) in enumerate(objects):
             ymin, xmin, ymax, xmax = (float(v) for v in box)
-            annotations.append({"id": next_ann_id, "image_id": json_image_id(record.image_id),
-                                "category_id": int(cls), "iscrowd": int(bool(crowd)),
-                                "bbox": [xmin, ymin, xmax - xmin, ymax - ymin],
-                                "area": float(area) if area > 0 else (xmax - xmin) * (ymax - ymin)})
+            segmentation = record.segmentation[index] if record.segmentation else None
+            annotation = {"id": next_ann_id, "image_id": json_image_id(record.image_id),
+                          "category_id": int(cls), "iscrowd": int(bool(crowd)),
+                          "bbox": [xmin, ymin, xmax - xmin, ymax - ymin],
+                          "area": float(area) if area > 0 else (xmax - xmin) * (ymax - ymin),
+                          "segmentation": [] if segmentation is None else segmentation}
+            if record.difficult is not None:
+                annotation["ignore"] = int(record.difficult[index] == 1)
+            annotations.append(annotation)
             next_ann_id += 1
     categories = [{"id": int(k), "name": str(v)} for k, v in sorted(label_map.items())]
     return {"images": images, "annotations": annotations, "categories": categories}

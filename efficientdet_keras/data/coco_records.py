@@ -19,7 +19,9 @@ def load_coco_records(annotation_file: str, image_dir: str,
     COCO boxes [x, y, w, h] become [ymin, xmin, ymax, xmax]. Category ids are
     kept as they are (COCO's 1..90); see `data.label_maps` to remap. Image ids are
     kept as the file spells them (int or string); numbers written as strings
-    ("3", "12.5") in bbox and category_id are read as numbers.
+    ("3", "12.5") in bbox and category_id are read as numbers. Each annotation's
+    segmentation (None when it has none) is kept as it is, for the COCO JSON written
+    from the records.
 
     Bad entries are skipped, each with a warning naming the file and the image id
     or file name: an image entry without id, file_name or a positive height and
@@ -185,4 +187,5 @@ def _coco_record(image: dict, annotations: list, image_dir: str) -> ImageRecord:
     else:
         boxes, classes, is_crowd, area = empty_annotations()
     return ImageRecord(json_image_id(image["id"]), os.path.join(image_dir, image["file_name"]),
-                       height, width, boxes, classes, is_crowd, area)
+                       height, width, boxes, classes, is_crowd, area,
+                       segmentation=[a.get("segmentation") for _, _, a in annotations])

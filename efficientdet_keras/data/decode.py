@@ -303,6 +303,7 @@ def decode_and_clean(raw: Dict[str, tf.Tensor], num_classes: int, max_instances:
       boxes: float32 [N, 4] normalised [ymin, xmin, ymax, xmax], clipped, non-empty
       classes: int32 [N] in 1..num_classes
       is_crowd: bool [N]; area: float32 [N] (original pixels^2)
+      object_index: int32 [N], each kept object's place among the record's objects
       source_id: string; ok: bool (false: skip this example)
       image_id: int64, `data.image_ids.image_id_to_int64(source_id)`
       record: string, the record's name (`record_name`)
@@ -336,11 +337,12 @@ def decode_and_clean(raw: Dict[str, tf.Tensor], num_classes: int, max_instances:
         return _clean_annotations(raw, image, num_classes, max_instances, health, strict, name)
 
     def nothing():
-        return (tf.zeros([0, 4]), tf.zeros([0], tf.int32), tf.zeros([0], tf.bool), tf.zeros([0]))
+        return (tf.zeros([0, 4]), tf.zeros([0], tf.int32), tf.zeros([0], tf.bool), tf.zeros([0]),
+                tf.zeros([0], tf.int32))
 
-    boxes, classes, is_crowd, area = tf.cond(ok, cleaned, nothing)
+    boxes, classes, is_crowd, area, object_index = tf.cond(ok, cleaned, nothing)
     return {"image": image, "boxes": boxes, "classes": classes, "is_crowd": is_crowd,
-            "area": area, "source_id": raw["source_id"],
+            "area": area, "object_index": object_index, "source_id": raw["source_id"],
             "image_id": image_id_to_int64_graph(raw["source_id"]), "ok": ok,
             "record": name, "skip_reason": skip_reason}
 
@@ -348,7 +350,8 @@ def decode_and_clean(raw: Dict[str, tf.Tensor], num_classes: int, max_instances:
 def _clean_annotations(raw, image, num_classes, max_instances, health, strict, name):
     """Normalised, finite, upright, in-range, clipped, non-empty boxes of a usable record.
 
-    Returns boxes float32 [N, 4], classes int32 [N], is_crowd bool [N], area float32 [N].
+    Returns boxes float32 [N, 4], classes int32 [N], is_crowd bool [N], area float32 [N]
+    and the kept objects' places among the record's, int32 [N].
     """
     height, width = tf.shape(image, out_type=tf.int64)[0], tf.shape(image, out_type=tf.int64)[1]
     fields = tf.stack([raw["height"], raw["width"]])
@@ -368,7 +371,7 @@ def _clean_annotations(raw, image, num_classes, max_instances, health, strict, n
                    lambda: tf.zeros([num], tf.float32))
     scale = tf.cast(tf.stack([height, width, height, width]), tf.float32)
     boxes = tf.cond(raw["boxes_normalized"], lambda: boxes, lambda: boxes / scale)
-    objects = (boxes, classes, is_crowd, area)
+    objects = (boxes, classes, is_crowd, area, tf.range(num, dtype=tf.int32))
 
     def _bad_class(c):
         return tf.logical_or(c < 1, c > num_classes)
@@ -399,11 +402,11 @@ def _clean_annotations(raw, image, num_classes, max_instances, health, strict, n
     no_area = tf.logical_or(boxes[:, 2] <= boxes[:, 0], boxes[:, 3] <= boxes[:, 1])
     objects = _drop(objects, no_area, "empty_boxes_dropped", " box(es) with no area", health, name)
     health.note_truncation(name, tf.size(objects[1]), max_instances)
-    boxes, classes, is_crowd, area = (t[:max_instances] for t in objects)
+    boxes, classes, is_crowd, area, object_index = (t[:max_instances] for t in objects)
     pixel_area = ((boxes[:, 2] - boxes[:, 0]) * tf.cast(height, tf.float32)
                   * (boxes[:, 3] - boxes[:, 1]) * tf.cast(width, tf.float32))
     area = tf.where(area > 0, area, pixel_area)
-    return boxes, tf.cast(classes, tf.int32), is_crowd, area
+    return boxes, tf.cast(classes, tf.int32), is_crowd, area, object_index
 
 
 def _first(values: tf.Tensor) -> tf.Tensor:
@@ -417,7 +420,8 @@ def _note_count(health, kind, name, mask, detail):
 
 
 def _drop(objects, drop, kind, detail, health, name):
-    """objects (boxes, classes, is_crowd, area) without those where `drop` (bool [N])."""
+    """objects (boxes, classes, is_crowd, area, object_index) without those where `drop`
+    (bool [N])."""
     _note_count(health, kind, name, drop, detail)
     keep = tf.logical_not(drop)
     return tuple(tf.boolean_mask(t, keep) for t in objects)

@@ -27,7 +27,7 @@ Raw example (all tensors, one image):
 
 import dataclasses
 import os
-from typing import Dict, Sequence
+from typing import Dict, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -51,10 +51,36 @@ class ImageRecord:
     classes: np.ndarray  # int64 [N]
     is_crowd: np.ndarray  # bool [N]
     area: np.ndarray  # float32 [N]
+    # Per-object fields only some sources have (None otherwise), kept for the tools that read
+    # the TFRecords and COCO JSON written from records: VOC's difficult and truncated
+    # (int64 [N]) and pose (str [N]); COCO's segmentation (a list of N polygon lists or RLE
+    # dicts, None for an annotation without one).
+    difficult: Optional[np.ndarray] = None
+    truncated: Optional[np.ndarray] = None
+    view: Optional[np.ndarray] = None
+    segmentation: Optional[list] = None
 
     @property
     def filename(self) -> str:
         return os.path.basename(self.path)
+
+    def optional_fields_of(self, indices: Sequence[int]) -> Dict[str, object]:
+        """The optional per-object fields for the objects at `indices`, by field name
+        (None stays None); for `dataclasses.replace` after objects were dropped."""
+        indices = np.asarray(indices, np.int64).reshape(-1)
+        fields = {}
+        for name in OPTIONAL_OBJECT_FIELDS:
+            values = getattr(self, name)
+            if values is None:
+                fields[name] = None
+            elif isinstance(values, np.ndarray):
+                fields[name] = values[indices]
+            else:
+                fields[name] = [values[i] for i in indices]
+        return fields
+
+
+OPTIONAL_OBJECT_FIELDS = ("difficult", "truncated", "view", "segmentation")
 
 
 def empty_annotations():

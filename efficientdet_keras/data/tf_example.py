@@ -25,7 +25,12 @@ def _ints(values):
 def record_to_tf_example(record: ImageRecord, encoded: bytes,
                          label_map: Optional[Dict[int, str]] = None,
                          image_format: str = "jpeg") -> tf.train.Example:
-    """Encodes an ImageRecord and its image bytes in the Object Detection API layout."""
+    """Encodes an ImageRecord and its image bytes in the Object Detection API layout.
+
+    Records with difficult, truncated and view (Pascal VOC) also get
+    image/object/difficult, image/object/truncated (int64) and image/object/view (bytes),
+    as the Object Detection API's VOC records have them; the pipeline does not read them.
+    """
     height, width = float(record.height), float(record.width)
     boxes = record.boxes.reshape(-1, 4).astype(np.float64)
     names = [(label_map or {}).get(int(c), str(int(c))).encode() for c in record.classes]
@@ -45,6 +50,12 @@ def record_to_tf_example(record: ImageRecord, encoded: bytes,
         "image/object/is_crowd": _ints([int(bool(c)) for c in record.is_crowd]),
         "image/object/area": _floats([float(a) for a in record.area]),
     }
+    if record.difficult is not None:
+        feature["image/object/difficult"] = _ints([int(v) for v in record.difficult])
+    if record.truncated is not None:
+        feature["image/object/truncated"] = _ints([int(v) for v in record.truncated])
+    if record.view is not None:
+        feature["image/object/view"] = _bytes([str(v).encode() for v in record.view])
     return tf.train.Example(features=tf.train.Features(feature=feature))
 
 

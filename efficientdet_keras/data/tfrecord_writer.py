@@ -112,6 +112,7 @@ def checked_records(records: Sequence, num_classes: int, health: DataHealth):
     """For each ImageRecord, the record as the training pipeline would use it (boxes
     finite, upright, clipped, non-empty, classes in 1..num_classes; height and width of
     the decoded image), or None when the pipeline would skip it. Warnings name the record.
+    The optional per-object fields (difficult, segmentation, ...) follow the objects kept.
     """
     dataset = raw_dataset_from_records(records).map(
         lambda raw: decode_and_clean(raw, num_classes, _NO_LIMIT, health))
@@ -124,4 +125,4 @@ def checked_records(records: Sequence, num_classes: int, health: DataHealth):
             record, height=height, width=width,
             boxes=example["boxes"] * np.array([height, width, height, width], np.float32),
             classes=example["classes"].astype(np.int64), is_crowd=example["is_crowd"],
-            area=example["area"])
+            area=example["area"], **record.optional_fields_of(example["object_index"]))

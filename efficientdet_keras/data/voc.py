@@ -33,7 +33,9 @@ def load_voc_records(voc_root: str, split: str = "train",
     ymin so that boxes are [ymin, xmin, ymax, xmax] in 0-based continuous pixel
     coordinates (a box over the whole image is [0, 0, height, width]), the same
     convention as COCO. Objects marked difficult are kept with is_crowd=True, so
-    training ignores them and COCO evaluation treats them as ignore regions.
+    training ignores them and COCO evaluation treats them as ignore regions. Each
+    object's <difficult> and <truncated> (0 when absent) and <pose> ("Unspecified" when
+    absent) are kept as the records' difficult, truncated and view.
 
     Raises:
       FileNotFoundError naming the missing split or annotation file.
@@ -74,7 +76,7 @@ def _read_annotation(xml_path: str, image_path: str, image_id: int,
         root = ElementTree.parse(xml_path).getroot()
         height = int(float(_text(root, "size/height")))
         width = int(float(_text(root, "size/width")))
-        boxes, classes, difficult = [], [], []
+        boxes, classes, difficult, truncated, views = [], [], [], [], []
         for obj in root.findall("object"):
             name = _text(obj, "name").strip()
             if name not in class_ids:
@@ -84,20 +86,24 @@ def _read_annotation(xml_path: str, image_path: str, image_id: int,
                                       for key in ("xmin", "ymin", "xmax", "ymax"))
             boxes.append([ymin - 1.0, xmin - 1.0, ymax, xmax])
             classes.append(class_ids[name])
-            difficult.append(int(obj.findtext("difficult", "0").strip() or 0) == 1)
+            difficult.append(int(obj.findtext("difficult", "0").strip() or 0))
+            truncated.append(int(obj.findtext("truncated", "0").strip() or 0))
+            views.append((obj.findtext("pose") or "").strip() or "Unspecified")
     except _UnknownClass as e:
         raise ValueError("%s: class name %r is not in the label map; known names: %s"
                          % (xml_path, e.name, ", ".join(sorted(class_ids)))) from None
     except (ElementTree.ParseError, ValueError) as e:
         raise ValueError("%s is not a valid VOC annotation: %s" % (xml_path, e)) from None
+    difficult = np.array(difficult, np.int64)
     if boxes:
         box_array = np.array(boxes, np.float32)
         area = ((box_array[:, 2] - box_array[:, 0]) * (box_array[:, 3] - box_array[:, 1]))
-        annotations = (box_array, np.array(classes, np.int64), np.array(difficult, bool),
+        annotations = (box_array, np.array(classes, np.int64), difficult == 1,
                        area.astype(np.float32))
     else:
         annotations = empty_annotations()
-    return ImageRecord(image_id, image_path, height, width, *annotations)
+    return ImageRecord(image_id, image_path, height, width, *annotations, difficult=difficult,
+                       truncated=np.array(truncated, np.int64), view=np.array(views, str))
 
 
 class _UnknownClass(Exception):
