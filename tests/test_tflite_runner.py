@@ -279,6 +279,27 @@ def test_eval_and_infer_tools_take_a_tflite_file(exported, tmp_path):
     assert [d["name"] for d in written] == [data.label_map[c] for c in found["classes"][keep][:5]]
 
 
+def printed_metrics(stdout):
+    return {line.split()[0]: float(line.split()[1]) for line in stdout.splitlines()
+            if line.split() and line.split()[0] in ("AP", "AP50", "ARmax100")}
+
+
+def test_eval_tool_flip_tta_on_a_tflite_file(exported):
+    _, paths, data = exported
+    result = run_tool("eval", "--tflite=%s" % paths["raw"], "--progress=false", "--tta=flip",
+                      "--val_file_pattern=%s" % data.val_tfrecord,
+                      "--val_json_file=%s" % data.val_json)
+    assert result.returncode == 0, result.stderr[-3000:]
+    printed = printed_metrics(result.stdout)
+    source = TFRecordSource(data.val_tfrecord)
+    metrics = {tta: TFLiteEvaluation(TFLiteDetector(paths["raw"], config_overrides={"tta": tta}),
+                                     source, data.val_json, progress=False).run()[1]
+               for tta in ("flip", None)}
+    assert len(printed) == 3
+    assert printed == {k: pytest.approx(metrics["flip"][k], abs=1e-4) for k in printed}
+    assert metrics["flip"] != metrics[None]
+
+
 def test_python_detector_on_tflite_files(exported):
     """efficientdet_keras.Detector on both files: TFLiteDetector's detections, clipped to the
     image, and the raw file's outputs for only_network (tests/test_detector.py: the rest)."""

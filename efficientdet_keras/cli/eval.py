@@ -66,6 +66,9 @@ flags.DEFINE_enum("resize_mode", None, ["letterbox", "stretch"],
                   "How images are fitted to the input (default: as the model was trained, "
                   "config key resize_mode). stretch resizes each axis on its own, as MediaPipe "
                   "and the TFLite Task Library resize camera frames: what the model scores there.")
+flags.DEFINE_enum("tta", None, ["flip"], "Test-time augmentation (default: the config's tta): "
+                  "flip also runs each image's mirror image and fuses the two sets of "
+                  "detections by weighted box fusion; twice the network time.")
 flags.DEFINE_bool("use_ema", True, "Load EMA weights when the checkpoint has them.")
 flags.DEFINE_enum("backend", "auto", ["auto", "pycocotools", "faster_coco_eval"],
                   "COCO scoring code: auto uses faster_coco_eval when it is installed, "
@@ -131,10 +134,11 @@ def nms_overrides():
 
 
 def apply_evaluation_flags(config):
-    """The --nms_* flags and --resize_mode on top of a config (a run's or a file's)."""
+    """The --nms_* flags, --resize_mode and --tta on top of a config (a run's or a file's)."""
     config.nms_configs.override(nms_overrides())
-    if FLAGS.resize_mode:
-        config.override({"resize_mode": FLAGS.resize_mode})
+    for key in ("resize_mode", "tta"):
+        if FLAGS[key].value:
+            config.override({key: FLAGS[key].value})
     return config
 
 
@@ -145,20 +149,18 @@ def load_config():
 
 def build_file_evaluation():
     """The --tflite or --onnx evaluation; config: the sidecar's, plus --hparams and
-    --resize_mode (and for a .tflite the --nms_* flags)."""
+    the --nms_* flags, --resize_mode and --tta."""
     from efficientdet_keras.evaluation import tflite_evaluation
     if FLAGS.onnx:
         from efficientdet_keras.inference.onnx_runner import ONNXDetector
         detector = ONNXDetector(FLAGS.onnx, config_overrides=FLAGS.hparams)
-        if FLAGS.resize_mode:
-            detector.config.override({"resize_mode": FLAGS.resize_mode})
         evaluation_class = tflite_evaluation.ONNXEvaluation
     else:
         from efficientdet_keras.inference.tflite_runner import TFLiteDetector
         detector = TFLiteDetector(FLAGS.tflite, num_threads=FLAGS.tflite_threads,
                                   config_overrides=FLAGS.hparams)
-        apply_evaluation_flags(detector.config)
         evaluation_class = tflite_evaluation.TFLiteEvaluation
+    apply_evaluation_flags(detector.config)  # check_flags refused --nms_* for an .onnx.
     return evaluation_class(detector, eval_source(), FLAGS.val_json_file or None,
                             batch_size=FLAGS.batch_size, max_images=FLAGS.eval_samples or None,
                             backend=FLAGS.backend, progress=FLAGS.progress,

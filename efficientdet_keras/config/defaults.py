@@ -44,6 +44,8 @@ def default_values() -> Dict[str, Any]:
         # Input pipeline and augmentation.
         mean_rgb=[0.485 * 255, 0.456 * 255, 0.406 * 255],
         resize_mode="letterbox",
+        # Test-time augmentation of efficientdet-eval and the Detector (detection/tta.py).
+        tta=None,
         stddev_rgb=[0.229 * 255, 0.224 * 255, 0.225 * 255],
         input_rand_hflip=True,
         jitter_min=0.1,

@@ -113,6 +113,9 @@ KEY_DESCRIPTIONS: Dict[str, str] = {
                    "export: letterbox (resized keeping its aspect ratio, padded at the bottom "
                    "and right) or stretch (each axis resized on its own, as MediaPipe and the "
                    "TFLite Task Library resize camera frames; train with it for those clients).",
+    "tta": "Test-time augmentation of efficientdet-eval and the Detector: flip runs each "
+           "image and its mirror image and fuses the two sets of detections by weighted box "
+           "fusion; null: none. The trainer's own evaluation after each epoch stays plain.",
     "input_rand_hflip": "Flip training images left to right with probability 0.5.",
     "jitter_min": "Scale jitter: smallest random scale of a training image, relative to "
                   "image_size, before the random crop.",

@@ -154,6 +154,7 @@ _VALUE_RULES = {
     "fpn_weight_method": _one_of(*FPN_WEIGHT_METHODS),
     "pooling_type": _one_of(*POOLING_TYPES),
     "resize_mode": _one_of(*RESIZE_MODES),
+    "tta": _one_of(None, "", "flip"),
     "act_type": _one_of(*ACTIVATIONS),
     "autoaugment_policy": _one_of(*AUTOAUGMENT_POLICIES),
     "iou_loss_type": _one_of(None, "", *IOU_LOSS_TYPES),

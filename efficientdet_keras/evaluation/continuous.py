@@ -27,7 +27,7 @@ from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
 from efficientdet_keras.evaluation.id_check import check_source_ids_match
 from efficientdet_keras.utils.fileio import write_json_atomically
 from efficientdet_keras.evaluation.runner import (EvaluationTiming, evaluate_dataset,
-                                                  make_detect_fns)
+                                                  flip_tta_fns, make_detect_fns)
 from efficientdet_keras.model import EfficientDetNet
 from efficientdet_keras.model.folding import can_fold, fold_batch_norms, fold_into
 
@@ -78,6 +78,8 @@ class CheckpointEvaluation:
         # checkpoint into the same copy so its traced functions are reused.
         self.network = fold_batch_norms(self.model) if can_fold(config) else self.model
         self.detect_fns = make_detect_fns(self.network, config)
+        if config.tta:  # Each image and its mirror image, fused (detection/tta.py).
+            self.detect_fns = flip_tta_fns(self.detect_fns, config)
         self.max_images, self.use_ema, self.progress = max_images, use_ema, progress
         self.on_detections = on_detections
 

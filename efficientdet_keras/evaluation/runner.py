@@ -6,13 +6,15 @@ benchmark, so "evaluate a model" means one thing everywhere.
 
 import dataclasses
 import time
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 import tensorflow as tf
 
 from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
+from efficientdet_keras.detection.box_scales import image_box_factors
 from efficientdet_keras.detection.postprocess import Detections, postprocess_detections
+from efficientdet_keras.detection.tta import check_tta, merge_flipped
 from efficientdet_keras.utils.progress import ProgressBar
 
 
@@ -32,6 +34,60 @@ def make_detect_fns(model, config, nms_overrides: Optional[dict] = None):
         lambda class_outputs, box_outputs, image_scales: postprocess_detections(
             config, class_outputs, box_outputs, image_scales, nms_overrides=nms_overrides))
     return forward, postprocess
+
+
+def stack_detections(per_image: List[dict]) -> Detections:
+    """Per-image detection dicts (boxes, scores, classes) -> numpy Detections padded to the
+    largest count."""
+    width = max([1] + [len(found["scores"]) for found in per_image])
+    boxes = np.zeros([len(per_image), width, 4], np.float32)
+    scores = np.zeros([len(per_image), width], np.float32)
+    classes = np.zeros([len(per_image), width], np.int32)
+    for row, found in enumerate(per_image):
+        count = len(found["scores"])
+        boxes[row, :count], scores[row, :count] = found["boxes"], found["scores"]
+        classes[row, :count] = found["classes"]
+    valid = np.array([len(found["scores"]) for found in per_image], np.int32)
+    return Detections(boxes, scores, classes, valid)
+
+
+def _image_detections(detections: Detections, index: int) -> dict:
+    count = int(detections.valid[index])
+    return {"boxes": detections.boxes[index, :count], "scores": detections.scores[index, :count],
+            "classes": detections.classes[index, :count]}
+
+
+def flip_tta_fns(detect_fns, config):
+    """(forward, postprocess) that run each batch and its mirror image and fuse the two
+    (config key tta: flip; detection/tta.py).
+
+    forward(images) -> (the outputs of `images`, those of the mirrored images), which
+    evaluate_dataset hands to postprocess as its first two arguments; postprocess
+    decodes both in input pixels, mirrors the second back across the input's width,
+    fuses them per image and scales them to original pixels (numpy Detections, at most
+    nms_configs.max_output_size per image).
+    """
+    check_tta(config.tta)
+    forward, postprocess = detect_fns
+    width = float(config.image_size[1])
+    max_detections = int(config.nms_configs.max_output_size)
+
+    def forward_both(images):
+        return forward(images), forward(tf.reverse(images, axis=[2]))
+
+    def postprocess_fused(outputs, mirror_outputs, image_scales):
+        scales = np.asarray(image_scales, np.float32)
+        in_input_pixels = np.ones_like(scales)
+        found, found_in_mirror = (tf.nest.map_structure(
+            np.asarray, postprocess(*pair, in_input_pixels)) for pair in (outputs, mirror_outputs))
+        fused = []
+        for i, scale in enumerate(scales):
+            merged = merge_flipped(_image_detections(found, i),
+                                   _image_detections(found_in_mirror, i), width, max_detections)
+            fused.append(dict(merged, boxes=merged["boxes"] * image_box_factors(scale)))
+        return stack_detections(fused)
+
+    return forward_both, postprocess_fused
 
 
 def evaluate_dataset(model, dataset: tf.data.Dataset, config, evaluator: COCOEvaluator,

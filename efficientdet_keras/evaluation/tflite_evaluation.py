@@ -9,7 +9,7 @@ leaves an image of the input size as it is). Their detections, in original
 pixels, go to the same COCOEvaluator through `evaluate_dataset`.
 """
 
-from typing import List, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -17,10 +17,10 @@ from efficientdet_keras.config.label_maps import label_names
 from efficientdet_keras.data.pipeline import InputPipeline
 from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
 from efficientdet_keras.evaluation.id_check import check_source_ids_match
-from efficientdet_keras.evaluation.runner import evaluate_dataset
+from efficientdet_keras.evaluation.runner import (evaluate_dataset, flip_tta_fns,
+                                                   stack_detections)
 from efficientdet_keras.inference.onnx_runner import ONNXDetector, split_outputs
 from efficientdet_keras.inference.tflite_runner import TFLiteDetector, to_uint8
-from efficientdet_keras.detection.postprocess import Detections
 
 
 def pipeline_images_to_uint8(images, config) -> np.ndarray:
@@ -28,20 +28,6 @@ def pipeline_images_to_uint8(images, config) -> np.ndarray:
     mean = np.asarray(config.mean_rgb, np.float32)
     stddev = np.asarray(config.stddev_rgb, np.float32)
     return to_uint8(np.asarray(images, np.float32) * stddev + mean)
-
-
-def stack_detections(per_image: List[dict]) -> Detections:
-    """Per-image detect() dicts -> numpy Detections padded to the largest count."""
-    width = max([1] + [len(found["scores"]) for found in per_image])
-    boxes = np.zeros([len(per_image), width, 4], np.float32)
-    scores = np.zeros([len(per_image), width], np.float32)
-    classes = np.zeros([len(per_image), width], np.int32)
-    for row, found in enumerate(per_image):
-        count = len(found["scores"])
-        boxes[row, :count], scores[row, :count] = found["boxes"], found["scores"]
-        classes[row, :count] = found["classes"]
-    valid = np.array([len(found["scores"]) for found in per_image], np.int32)
-    return Detections(boxes, scores, classes, valid)
 
 
 def file_detect_fns(detector, run_batch):
@@ -107,10 +93,14 @@ class FileEvaluation:
         raise NotImplementedError
 
     def run(self, unused_checkpoint=None):
-        """Returns (the file's path, metrics, EvaluationTiming), as CheckpointEvaluation.run."""
+        """Returns (the file's path, metrics, EvaluationTiming), as CheckpointEvaluation.run;
+        with config key tta: flip, each image and its mirror image, fused."""
+        detect_fns = self.detect_fns()
+        if self.config.tta:
+            detect_fns = flip_tta_fns(detect_fns, self.config)
         metrics, timing = evaluate_dataset(None, self.pipeline(), self.config, self.evaluator,
                                            max_images=self.max_images, progress=self.progress,
-                                           detect_fns=self.detect_fns(),
+                                           detect_fns=detect_fns,
                                            on_detections=self.on_detections)
         return self.detector.path, metrics, timing
 

@@ -8,6 +8,7 @@
     detector = Detector("efficientdet-d0/", model_name="efficientdet-d0")  # a checkpoint
 
     found = detector.detect("photo.jpg", score_threshold=0.4)   # Detections
+    Detector("runs/demo", tta="flip")                # each image and its mirror, fused
     found.boxes, found.scores, found.class_ids, found.class_names
     picture = detector.draw("photo.jpg", found)                 # uint8 [H, W, 3]
     detector.benchmark(batch_size=8)
@@ -19,6 +20,7 @@ from typing import Optional
 
 import numpy as np
 
+from efficientdet_keras.detection.tta import check_tta, merge_flipped
 from efficientdet_keras.utils.drawing import draw_boxes
 from efficientdet_keras.inference import loading
 from efficientdet_keras.inference.images import image_list, load_image
@@ -45,6 +47,9 @@ class Detector:
       model_name: the model of a checkpoint without config.yaml (e.g. "efficientdet-d0").
       hparams: config overrides ("k=v,..." or a dict) for a directory or checkpoint (NMS
         settings, classes, label_map) and for decoding a raw .tflite.
+      tta: test-time augmentation: "flip" also runs each image's mirror image and fuses
+        the two sets of detections by weighted box fusion (detection/tta.py); None: the
+        config's key tta where the model has a config (not a SavedModel), else none.
       num_threads: .tflite interpreter threads, ONNX Runtime's intra-op threads (None: the
         runtime's default).
 
@@ -54,7 +59,7 @@ class Detector:
     """
 
     def __init__(self, path, model_name: Optional[str] = None, hparams="",
-                 num_threads: Optional[int] = None):
+                 num_threads: Optional[int] = None, tta: Optional[str] = None):
         path = os.fspath(path)
         from efficientdet_keras.checkpoint.released import find_released
         released = find_released(path)
@@ -82,23 +87,30 @@ class Detector:
             config = loading.checkpoint_config(path, model_name, hparams)
             self._backend = _keras_backend(config, path, path)
         self.kind = kind
+        self.tta = self._tta_setting(tta)
+
+    def _tta_setting(self, tta: Optional[str]) -> Optional[str]:
+        if tta is None and self.config is not None:
+            tta = self.config.tta
+        return check_tta(tta)
 
     @classmethod
-    def from_checkpoint(cls, ckpt: str, config) -> "Detector":
+    def from_checkpoint(cls, ckpt: str, config, tta: Optional[str] = None) -> "Detector":
         """A checkpoint (prefix, folder or archive folder) read with a given Config."""
-        return cls._with_backend(_keras_backend(config, ckpt, ckpt), loading.CHECKPOINT)
+        return cls._with_backend(_keras_backend(config, ckpt, ckpt), loading.CHECKPOINT, tta)
 
     @classmethod
-    def from_model(cls, model, config=None) -> "Detector":
+    def from_model(cls, model, config=None, tta: Optional[str] = None) -> "Detector":
         """An EfficientDetNet in memory, with its current weights (config: model.config)."""
         from efficientdet_keras.inference.backends import KerasBackend
         config = config if config is not None else model.config
-        return cls._with_backend(KerasBackend(model, config, config.name), "model")
+        return cls._with_backend(KerasBackend(model, config, config.name), "model", tta)
 
     @classmethod
-    def _with_backend(cls, backend, kind: str) -> "Detector":
+    def _with_backend(cls, backend, kind: str, tta: Optional[str] = None) -> "Detector":
         detector = cls.__new__(cls)
         detector._backend, detector.kind = backend, kind
+        detector.tta = detector._tta_setting(tta)
         return detector
 
     @property
@@ -141,8 +153,23 @@ class Detector:
             found = [Detections.from_arrays(boxes, scores, classes, image.shape[:2],
                                             self.label_map).top(score_threshold, max_detections)
                      for image, (boxes, scores, classes)
-                     in zip(arrays, self._backend.detect(arrays) if arrays else [])]
+                     in zip(arrays, self._detect_arrays(arrays) if arrays else [])]
         return found[0] if single else found
+
+    def _detect_arrays(self, arrays):
+        """The backend's (boxes, scores, classes) per image; with tta "flip", fused with
+        those of the mirror images (as many detections as the plain pass may give)."""
+        found = self._backend.detect(arrays)
+        if self.tta != "flip":
+            return found
+        in_mirrors = self._backend.detect([np.ascontiguousarray(a[:, ::-1]) for a in arrays])
+        fused = []
+        for image, plain, mirror in zip(arrays, found, in_mirrors):
+            as_dicts = [dict(zip(("boxes", "scores", "classes"), d)) for d in (plain, mirror)]
+            merged = merge_flipped(*as_dicts, width=image.shape[1],
+                                   max_detections=max(len(plain[1]), len(mirror[1])))
+            fused.append((merged["boxes"], merged["scores"], merged["classes"]))
+        return fused
 
     def draw(self, image, detections: Detections, score_threshold: float = 0.0) -> np.ndarray:
         """`image` (as `detect` takes it) with the detections' boxes, names and scores drawn.
