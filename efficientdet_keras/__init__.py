@@ -37,6 +37,7 @@ _EXPORTS = {
     "export_onnx": "export.onnx", "export_feature_module": "export.hub_module",
     # Inference.
     "Detector": "inference.detector", "Detections": "inference.results",
+    "ensemble_detections": "inference.results",
 }
 
 __all__ = sorted(_EXPORTS)

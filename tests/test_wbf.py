@@ -71,3 +71,18 @@ def test_each_box_joins_the_group_it_overlaps_most():
 def test_no_detections():
     fused = fuse_detections([{"boxes": np.zeros([0, 4]), "scores": [], "classes": []}] * 2)
     assert fused["boxes"].shape == (0, 4) and len(fused["scores"]) == 0
+
+
+def test_ensemble_of_two_models_detections():
+    from efficientdet_keras import Detections, ensemble_detections
+    first = Detections.from_arrays([[10, 10, 50, 50], [60, 60, 90, 90]], [0.9, 0.5], [1, 2],
+                                   (100, 100), {1: "cat", 2: "dog"})
+    second = Detections.from_arrays([[12, 10, 52, 50]], [0.6], [1], (100, 100), {1: "cat"})
+    fused = ensemble_detections([first, second])
+    np.testing.assert_allclose(fused.boxes, [[(0.9 * 10 + 0.6 * 12) / 1.5, 10,
+                                              (0.9 * 50 + 0.6 * 52) / 1.5, 50],
+                                             [60, 60, 90, 90]], rtol=1e-6)
+    np.testing.assert_allclose(fused.scores, [0.75, 0.25])
+    assert list(fused.class_names) == ["cat", "dog"] and fused.image_size == (100, 100)
+    with pytest.raises(ValueError, match="detections of one image"):
+        ensemble_detections([first, Detections.from_arrays([], [], [], (50, 100))])

@@ -1,10 +1,11 @@
 """What the Detector returns: detections of one image, raw network outputs, benchmark figures."""
 
 import dataclasses
-from typing import List, Mapping, Optional, Tuple, Union
+from typing import List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from efficientdet_keras.detection.wbf import WBF_IOU_THRESHOLD, fuse_detections
 from efficientdet_keras.utils.drawing import class_name
 
 
@@ -69,6 +70,28 @@ class Detections:
                  "class": int(class_id), "name": str(name)}
                 for box, score, class_id, name in zip(self.boxes, self.scores, self.class_ids,
                                                       self.class_names)]
+
+
+def ensemble_detections(per_model: Sequence[Detections],
+                        iou_threshold: float = WBF_IOU_THRESHOLD) -> Detections:
+    """One image's detections by several models (each a `Detections` of the same image, say
+    from Detectors of different checkpoints or sizes) fused into one by weighted box fusion
+    (detection/wbf.py): overlapping boxes of a class are averaged with their scores as
+    weights, and a box only some models found keeps that share of its score. Class names
+    come from the first model that names the class."""
+    if not per_model:
+        raise ValueError("ensemble_detections needs the detections of at least one model")
+    sizes = {found.image_size for found in per_model}
+    if len(sizes) != 1:
+        raise ValueError("ensemble_detections takes detections of one image; got image sizes "
+                         "%s" % sorted(sizes))
+    names = {}
+    for found in reversed(per_model):
+        names.update(zip(found.class_ids.tolist(), found.class_names.tolist()))
+    fused = fuse_detections([{"boxes": found.boxes, "scores": found.scores,
+                              "classes": found.class_ids} for found in per_model], iou_threshold)
+    return Detections.from_arrays(fused["boxes"], fused["scores"], fused["classes"],
+                                  per_model[0].image_size, names)
 
 
 @dataclasses.dataclass
