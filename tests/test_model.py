@@ -7,7 +7,7 @@ from helpers import tiny_config
 from efficientdet_keras import EfficientDetNet, get_efficientdet_config
 from efficientdet_keras.model.efficientnet import EfficientNetBackbone, block_specs
 from efficientdet_keras.checkpoint import variable_name
-from efficientdet_keras.model.bifpn import bifpn_nodes
+from efficientdet_keras.model.bifpn import bifpn_nodes, fpn_nodes
 
 
 def read_vars_tsv(path):
@@ -72,6 +72,42 @@ def test_bifpn_graph_of_released_models():
     nodes = [(n.level, tuple(n.input_ids)) for n in bifpn_nodes(3, 7)]
     assert nodes == [(6, (3, 4)), (5, (2, 5)), (4, (1, 6)), (3, (0, 7)),
                      (4, (1, 7, 8)), (5, (2, 6, 9)), (6, (3, 5, 10)), (7, (4, 11))]
+
+
+# The reference implementation's QuFPN graph for P3-P7 (google/automl,
+# efficientdet/tf2/fpn_configs_test.py): (level, input ids); every node weighs its inputs by
+# fastattn.
+REFERENCE_QUFPN_L3L7 = [
+    (6, (3, 4)), (5, (2, 5)), (4, (1, 6)), (3, (0, 7)), (4, (1, 7, 8)), (5, (2, 6, 9)),
+    (6, (3, 5, 10)), (7, (4, 11)), (4, (1, 0)), (5, (2, 13)), (6, (3, 14)), (7, (4, 15)),
+    (6, (3, 15, 16)), (5, (2, 14, 17)), (4, (1, 13, 18)), (3, (0, 19)), (7, (12, 16)),
+    (6, (11, 17)), (5, (10, 18)), (4, (9, 19)), (3, (8, 20))]
+
+
+def test_fpn_name_selects_the_reference_graphs():
+    assert [(n.level, tuple(n.input_ids)) for n in fpn_nodes("qufpn", 3, 7)] == \
+        REFERENCE_QUFPN_L3L7
+    assert [n.weight_method for n in fpn_nodes("qufpn", 3, 7)][-5:] == ["fastattn"] * 5
+    assert fpn_nodes("bifpn_dyn", 2, 7) == fpn_nodes(None, 2, 7) == bifpn_nodes(2, 7)
+    assert [(n.level, tuple(n.input_ids)) for n in bifpn_nodes(2, 7)][-5:] == [
+        (3, (1, 9, 10)), (4, (2, 8, 11)), (5, (3, 7, 12)), (6, (4, 6, 13)), (7, (5, 14))]
+    with pytest.raises(ValueError, match="fpn_name must be one of"):
+        tiny_config(fpn_name="panet")
+
+
+def test_a_qufpn_model_builds_runs_and_names_its_nodes():
+    config = tiny_config(fpn_name="qufpn", fpn_weight_method="sum", image_size=64,
+                         num_classes=3, fpn_num_filters=16, fpn_cell_repeats=1,
+                         box_class_repeats=1)
+    model = EfficientDetNet(config=config)
+    model.build_variables()
+    names = {v.name for v in model.variables}
+    # 21 nodes; the quad nodes weigh by fastattn whatever fpn_weight_method says.
+    assert "fpn_cells/cell_0/fnode20/op_after_combine25/conv/depthwise_kernel:0" in names
+    assert "fpn_cells/cell_0/fnode20/WSM_1:0" in names and \
+        "fpn_cells/cell_0/fnode15/WSM:0" not in names
+    class_outputs, _ = model(tf.zeros([1, 64, 64, 3]), training=False)
+    assert [c.shape[1] for c in class_outputs] == [8, 4, 2, 1, 1]
 
 
 def test_backbone_block_counts():

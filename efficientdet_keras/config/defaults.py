@@ -26,6 +26,7 @@ def default_values() -> Dict[str, Any]:
         fpn_cell_repeats=4,
         box_class_repeats=3,
         fpn_weight_method="fastattn",
+        fpn_name="bifpn",
         separable_conv=True,
         apply_bn_for_resampling=True,
         conv_after_downsample=False,

@@ -65,6 +65,9 @@ KEY_DESCRIPTIONS: Dict[str, str] = {
     "fpn_cell_repeats": "Number of BiFPN cells stacked on the backbone's features.",
     "box_class_repeats": "Convolution layers in each of the box and class heads before its "
                          "prediction layer.",
+    "fpn_name": "The feature network's graph: bifpn (the EfficientDet paper's; bifpn_dyn is the "
+                "older name) or qufpn (the reference's quad extension: a second bottom-up then "
+                "top-down pass, added to the first per level; about twice the nodes).",
     "fpn_weight_method": "How a BiFPN node fuses its inputs: fastattn (learned weights after "
                          "ReLU, divided by their sum), attn (softmax of learned weights), "
                          "channel_fastattn and channel_attn (the same with one weight per "

@@ -152,6 +152,7 @@ _VALUE_RULES = {
     **{key: (lambda v: _is_number_list(v, lengths=(1, 3)), "a list of 1 or 3 numbers")
        for key in ("mean_rgb", "stddev_rgb")},
     "fpn_weight_method": _one_of(*FPN_WEIGHT_METHODS),
+    "fpn_name": _one_of(None, "bifpn", "bifpn_dyn", "qufpn"),
     "pooling_type": _one_of(*POOLING_TYPES),
     "resize_mode": _one_of(*RESIZE_MODES),
     "tta": _one_of(None, "", "flip"),

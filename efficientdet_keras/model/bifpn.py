@@ -24,9 +24,11 @@ class FusionNode:
     """One BiFPN node: the level it produces and the ids of the features it fuses.
 
     Ids 0..L-1 are the cell's inputs (min_level..max_level); id L+i is node i.
+    weight_method: how it weighs its inputs; None: the config's fpn_weight_method.
     """
     level: int
     input_ids: Sequence[int]
+    weight_method: Optional[str] = None
 
 
 def bifpn_nodes(min_level: int, max_level: int) -> List[FusionNode]:
@@ -161,11 +163,11 @@ class FusionNodeLayer(keras.layers.Layer):
     def __init__(self, node: FusionNode, input_levels: Sequence[int], num_existing: int, config,
                  **kwargs):
         super().__init__(**kwargs)
-        if config.fpn_weight_method not in FUSION_METHODS:
+        self.method = node.weight_method or config.fpn_weight_method
+        if self.method not in FUSION_METHODS:
             raise ValueError("fpn_weight_method must be one of %s, got %r"
-                             % (", ".join(FUSION_METHODS), config.fpn_weight_method))
+                             % (", ".join(FUSION_METHODS), self.method))
         self.node = node
-        self.method = config.fpn_weight_method
         self.config = config
         # The released names end with the number of features that exist before this node.
         self.resamplers = [
@@ -222,6 +224,52 @@ class FusionNodeLayer(keras.layers.Layer):
         return self.op_after_combine(self.fuse(inputs), training=training)
 
 
+def qufpn_nodes(min_level: int, max_level: int) -> List[FusionNode]:
+    """The QuFPN graph (fpn_name: qufpn), BiFPN's quad extension in the reference: a
+    top-down then bottom-up pass (BiFPN's), a bottom-up then top-down pass from the
+    inputs, and per level a node that adds the two passes' outputs (fastattn)."""
+    levels = range(min_level, max_level + 1)
+    # Per level, the ids of its maps so far; a pass that makes no map at a level repeats
+    # the level's last id, so that position k is the k-th pass's map at every level.
+    ids = {level: [level - min_level] for level in levels}
+    nodes = []
+
+    def add(level, input_ids, weight_method=None):
+        nodes.append(FusionNode(level, tuple(input_ids), weight_method))
+        ids[level].append(len(levels) + len(nodes) - 1)
+
+    for level in reversed(levels[:-1]):  # 1: top-down.
+        add(level, (ids[level][-1], ids[level + 1][-1]))
+    ids[max_level].append(ids[max_level][-1])
+    for level in levels[1:-1]:  # 2: bottom-up, as BiFPN's.
+        add(level, ids[level] + [ids[level - 1][-1]])
+    add(max_level, (ids[max_level][0], ids[max_level - 1][-1]))
+    ids[min_level].append(ids[min_level][-1])
+    for level in levels[1:]:  # 3: bottom-up from the inputs.
+        below = ids[level - 1][0] if level == min_level + 1 else ids[level - 1][-1]
+        add(level, (ids[level][0], below))
+    ids[min_level].append(ids[min_level][-1])
+    for level in reversed(levels[1:-1]):  # 4: top-down after pass 3.
+        add(level, (ids[level][0], ids[level][-1], ids[level + 1][-1]))
+    add(min_level, (ids[min_level][0], ids[min_level + 1][-1]))
+    ids[max_level].append(ids[max_level][-1])
+    for level in reversed(levels):  # The outputs: passes 2 and 4 added.
+        add(level, (ids[level][2], ids[level][4]), "fastattn")
+    return nodes
+
+
+# fpn_name -> the graph of one cell; bifpn_dyn is the reference's older name of bifpn.
+FPN_GRAPHS = {"bifpn": bifpn_nodes, "bifpn_dyn": bifpn_nodes, "qufpn": qufpn_nodes}
+
+
+def fpn_nodes(fpn_name: Optional[str], min_level: int, max_level: int) -> List[FusionNode]:
+    """The nodes of one FPN cell named by config key fpn_name (None: bifpn)."""
+    if (fpn_name or "bifpn") not in FPN_GRAPHS:
+        raise ValueError("fpn_name must be one of %s, got %r"
+                         % (", ".join(FPN_GRAPHS), fpn_name))
+    return FPN_GRAPHS[fpn_name or "bifpn"](min_level, max_level)
+
+
 class BiFPNCell(keras.layers.Layer):
     """One BiFPN repeat: a list of maps at min..max level in, the same out."""
 
@@ -229,7 +277,7 @@ class BiFPNCell(keras.layers.Layer):
         super().__init__(**kwargs)
         self.config = config
         num_levels = config.max_level - config.min_level + 1
-        self.graph = bifpn_nodes(config.min_level, config.max_level)
+        self.graph = fpn_nodes(config.get("fpn_name"), config.min_level, config.max_level)
         levels_by_id = list(range(config.min_level, config.max_level + 1))
         self.fnodes = []
         for index, node in enumerate(self.graph):
