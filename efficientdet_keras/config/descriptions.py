@@ -27,6 +27,7 @@ VALUE_TYPES: Dict[str, str] = {
     "backbone_survival_prob": "float or null",
     "sync_batch_norm": "bool or null",
     "autoaugment_policy": "str or null",
+    "tta": "str or null",
     "iou_loss_type": "str or null",
     "steps_per_epoch": "int or null",
     "var_freeze_expr": "str (regex) or null",
