@@ -266,6 +266,8 @@ def test_nested_configs_check_their_keys_as_the_whole_config_does():
     with pytest.raises(ValueError, match="Unknown config key 'nms_configs.iou'"):
         c.nms_configs.override({"iou": 0.5})
     assert c.nms_configs.iou_thresh == 0.5 and c.nms_configs.score_thresh == 0.001
+    with pytest.raises(ValueError, match="label_map must be null, a dict"):
+        c.label_map = {0: "background"}  # Class ids start at 1.
     copied = pickle.loads(pickle.dumps(c.copy()))
     with pytest.raises(ValueError, match="nms_configs.iou_thresh"):
         copied.nms_configs.override({"iou_thresh": 7.0})

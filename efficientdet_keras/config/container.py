@@ -50,7 +50,7 @@ class Config:
         return self._values[key]
 
     def __setitem__(self, key: str, value: Any) -> None:
-        if key in self._values and not isinstance(value, Mapping):
+        if key in self._values and (key in PLAIN_DICT_KEYS or not isinstance(value, Mapping)):
             check_value(self._prefix + key, _normalise_value(key, value))
         self._store(key, value)
 
