@@ -357,3 +357,23 @@ def test_eval_of_the_file_scores_as_the_model_with_hard_nms(exported, tmp_path):
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     assert refused.stderr.strip().splitlines()[-1] == (
         "efficientdet-eval: --onnx: the file's NMS was fixed at export; leave out --nms_method")
+
+
+def test_global_nms_exports_and_equals_the_saved_model_function(exported, tmp_path):
+    """nms_configs.method global (one NMS across classes) has an ONNX form too."""
+    model, _, _ = exported
+    model.config.override({"nms_configs": {"method": "global"}})
+    try:
+        path = onnx_export.export_onnx(model, str(tmp_path / "global.onnx"))
+        with open(path + ".json") as f:
+            assert json.load(f)["nms_configs"]["method"] == "global"
+        runner = ONNXDetector(path)
+        images = np.stack(synthetic_images(2, 96, 160, seed=11))
+        got, expected = runner.run(images), saved_model_batch_detect(model)(images)
+        for one_got, one_expected in zip(split_outputs(got), split_outputs(expected)):
+            found = runner.detections_from_outputs(one_got, image_size=(96, 160))
+            reference = runner.detections_from_outputs(one_expected, image_size=(96, 160))
+            assert np.sum(reference["scores"] > 0.3) >= 3
+            assert_same_detections(found, reference)
+    finally:
+        model.config.override({"nms_configs": HARD})
