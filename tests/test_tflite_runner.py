@@ -300,6 +300,23 @@ def test_eval_tool_flip_tta_on_a_tflite_file(exported):
     assert metrics["flip"] != metrics[None]
 
 
+def test_infer_tool_flip_tta_writes_the_detectors_fused_detections(exported, tmp_path):
+    from efficientdet_keras import Detector
+    _, paths, _ = exported
+    image = photo(4, (64, 64, 3))
+    Image.fromarray(image).save(tmp_path / "photo.png")
+    result = run_tool("infer", "--tflite=%s" % paths["raw"], "--input=%s" % tmp_path,
+                      "--output_dir=%s" % (tmp_path / "out"), "--score_threshold=0.05",
+                      "--max_boxes=5", "--tta=flip")
+    assert result.returncode == 0, result.stderr[-3000:]
+    written = json.load(open(tmp_path / "out" / "detections.json"))["photo.png"]
+    expected = Detector(paths["raw"], tta="flip").detect(image, 0.05, 5)
+    plain = Detector(paths["raw"]).detect(image, 0.05, 5)
+    assert 0 < len(written) == len(expected)
+    np.testing.assert_allclose([d["score"] for d in written], expected.scores, atol=1e-4)
+    assert not np.allclose(expected.scores[:len(plain)], plain.scores[:len(expected)])
+
+
 def test_python_detector_on_tflite_files(exported):
     """efficientdet_keras.Detector on both files: TFLiteDetector's detections, clipped to the
     image, and the raw file's outputs for only_network (tests/test_detector.py: the rest)."""

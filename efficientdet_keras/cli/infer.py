@@ -41,6 +41,9 @@ flags.DEFINE_string("input", "", "An image file, a folder of images, or a glob p
 flags.DEFINE_string("output_dir", "", "Where annotated images and detections.json go.")
 flags.DEFINE_float("score_threshold", 0.3, "Draw and report detections at least this confident.")
 flags.DEFINE_integer("max_boxes", 20, "At most this many detections per image.")
+flags.DEFINE_enum("tta", None, ["flip"], "Test-time augmentation (default: the config's tta): "
+                  "flip also runs each image's mirror image and fuses the two sets of "
+                  "detections by weighted box fusion.")
 
 
 def list_images(pattern: str):
@@ -58,11 +61,11 @@ def load_detector():
     """The Detector the flags name (one of --tflite, --saved_model_dir, --model_dir, --ckpt)."""
     from efficientdet_keras.inference.detector import Detector
     if FLAGS.tflite:
-        return Detector(FLAGS.tflite, hparams=FLAGS.hparams)
+        return Detector(FLAGS.tflite, hparams=FLAGS.hparams, tta=FLAGS.tta)
     if FLAGS.saved_model_dir:
-        return Detector(FLAGS.saved_model_dir)
+        return Detector(FLAGS.saved_model_dir, tta=FLAGS.tta)
     config = load_run_config(FLAGS.model_dir, FLAGS.model_name, FLAGS.hparams, FLAGS.ckpt)
-    return Detector.from_checkpoint(FLAGS.ckpt or FLAGS.model_dir, config)
+    return Detector.from_checkpoint(FLAGS.ckpt or FLAGS.model_dir, config, tta=FLAGS.tta)
 
 
 def infer():
