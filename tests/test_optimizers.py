@@ -8,6 +8,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from helpers import HPARAMS_DIR, tiny_config
+from efficientdet_keras import Config
 from efficientdet_keras.training.optimizers import (
     DEFAULT_BATCH_SIZE, ConstantSchedule, CosineDecaySchedule, FusedAdam, FusedSGD,
     PolynomialSchedule, StepwiseSchedule, clip_gradients, get_optimizer, learning_rate_schedule,
@@ -357,6 +358,9 @@ def test_fused_optimizers_keep_keras_slot_names():
 def test_optimizer_keys_are_validated(key, value):
     from efficientdet_keras import validate_config
     config = tiny_config()
-    config[key] = value  # Direct assignment skips override's type coercion.
     with pytest.raises(ValueError, match=key):
-        validate_config(config)
+        config[key] = value  # Direct assignment: no type coercion, the same check.
+    values = config.as_dict()  # A config built from values is checked by validate_config.
+    values[key] = value
+    with pytest.raises(ValueError, match=key):
+        validate_config(Config(values))

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 import efficientdet_keras.model  # noqa: F401  (imports the model package before the backbone)
 from helpers import tiny_config
+from efficientdet_keras import Config
 from efficientdet_keras.model.efficientnet import EfficientNetBackbone
 from efficientdet_keras.model import recompute
 
@@ -120,7 +121,7 @@ def test_grad_checkpoint_is_validated():
         validate_config(tiny_config(grad_checkpoint=True, batch_norm_renorm=True))
     with pytest.raises(ValueError, match="model_optimizations.quantize"):
         validate_config(tiny_config(grad_checkpoint=True, model_optimizations={"quantize": {}}))
-    config = tiny_config()
-    config["grad_checkpoint"] = "yes"
-    with pytest.raises(ValueError, match="grad_checkpoint"):
-        validate_config(config)
+    with pytest.raises(ValueError, match="grad_checkpoint must be true or false"):
+        tiny_config()["grad_checkpoint"] = "yes"
+    with pytest.raises(ValueError, match="grad_checkpoint must be true or false"):
+        validate_config(Config(dict(tiny_config().as_dict(), grad_checkpoint="yes")))

@@ -65,7 +65,7 @@ KEY_DESCRIPTIONS: Dict[str, str] = {
     "fpn_num_filters": "Channels of the BiFPN feature maps and of the box and class heads.",
     "fpn_cell_repeats": "Number of BiFPN cells stacked on the backbone's features.",
     "box_class_repeats": "Convolution layers in each of the box and class heads before its "
-                         "prediction layer.",
+                         "prediction layer (0: the prediction layer alone).",
     "fpn_name": "The feature network's graph: bifpn (the EfficientDet paper's; bifpn_dyn is the "
                 "older name) or qufpn (the reference's quad extension: a second bottom-up then "
                 "top-down pass, added to the first per level; about twice the nodes).",

@@ -114,8 +114,7 @@ def _is_label_map(value: Any) -> bool:
 _VALUE_RULES = {
     **{key: (lambda v: _is_int(v) and v >= 1, "a positive integer") for key in (
         "batch_size", "num_epochs", "num_classes", "steps_per_execution", "map_freq",
-        "max_instances_per_image", "fpn_num_filters", "fpn_cell_repeats", "box_class_repeats",
-        "num_scales", "nms_configs.max_output_size", "tflite_max_detections",
+        "max_instances_per_image", "fpn_num_filters", "fpn_cell_repeats", "num_scales", "nms_configs.max_output_size", "tflite_max_detections",
         "tflite_max_classes_per_detection", "tflite_detections_per_class",
         "randaugment_num_layers")},
     "steps_per_epoch": (lambda v: v is None or (_is_int(v) and v >= 1),
@@ -123,7 +122,9 @@ _VALUE_RULES = {
     "nms_configs.max_nms_inputs": (lambda v: _is_int(v) and v >= 0,
                                    "a non-negative integer (0 keeps all)"),
     **{key: (lambda v: _is_int(v) and v >= 0, "a non-negative integer") for key in (
-        "nan_recovery_attempts", "mosaic_close_epochs")},
+        "nan_recovery_attempts", "mosaic_close_epochs",
+        # 0: the prediction convs alone (a TF-Hub module's heads, which hold the shared ones).
+        "box_class_repeats")},
     "backup_steps": (lambda v: _is_int(v) and v >= 0, "a non-negative integer (0: epoch ends)"),
     **{key: (lambda v: _is_number(v) and v > 0, "a positive number") for key in (
         "learning_rate", "jitter_min", "jitter_max", "batch_norm_epsilon", "anchor_scale",
