@@ -131,6 +131,29 @@ def test_a_second_ctrl_c_raises_keyboard_interrupt_at_once_and_keeps_the_last_ba
     assert latest_backup_step(model_dir) == 2  # The regular backup of step 2, intact.
 
 
+class SwallowingSender(SignalSender):
+    """Sends two SIGINTs and clears the KeyboardInterrupt of the second, as C code that
+    calls Python and ignores its errors does (CPython's PyObject_HasAttr, for one)."""
+
+    def _send(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        try:
+            os.kill(os.getpid(), signal.SIGINT)  # Its handler runs before kill returns.
+        except KeyboardInterrupt:
+            self.swallowed = True
+
+
+def test_a_second_ctrl_c_whose_keyboard_interrupt_was_lost_still_ends_fit(tmp_path):
+    model_dir = str(tmp_path / "run")
+    sender = SwallowingSender([signal.SIGINT], at_step=3)
+    with python_default_handlers():
+        with pytest.raises(KeyboardInterrupt):  # Not TrainingStopped: no wait, no backup.
+            fit(model_dir, sender)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert sender.swallowed
+    assert latest_backup_step(model_dir) == 2
+
+
 def test_the_handlers_go_back_when_another_callback_ends_fit(tmp_path):
     from efficientdet_keras.data.pipeline import InputPipeline
     from efficientdet_keras.data.sources import TFRecordSource

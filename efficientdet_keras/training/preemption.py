@@ -11,7 +11,11 @@ period before SIGKILL; people stop runs with Ctrl-C (SIGINT). While `fit` runs, 
   is done twice. A grace period shorter than the rest of an evaluation ends in SIGKILL and
   the run resumes from its last backup, which was written atomically and is intact;
 - a second signal of the same kind acts as it would without this callback: a second
-  Ctrl-C raises KeyboardInterrupt at once, a second SIGTERM ends the process.
+  Ctrl-C raises KeyboardInterrupt at once, a second SIGTERM ends the process. A
+  KeyboardInterrupt raised while TensorFlow's C++ code runs Python (looking up an attribute
+  of a tracked object, say) can be cleared there without a trace, so a second Ctrl-C is also
+  remembered, and StopOnSignal raises KeyboardInterrupt at its next hook if the first one
+  was lost: at the latest when the work in progress (a step, its backup, an evaluation) ends.
 
 Under MultiWorkerMirroredStrategy the workers agree after every step (one small all-reduce):
 a signal to any worker makes all of them back up the same step (the chief writes) and stop.
@@ -21,7 +25,7 @@ a signal to any worker makes all of them back up the same step (the chief writes
 
 import signal
 import threading
-from typing import Dict, Optional
+from typing import Dict, Optional, Set
 
 import tensorflow as tf
 import tf_keras as keras
@@ -56,16 +60,26 @@ class StopSignals:
     """Catches SIGTERM and SIGINT while installed and remembers the first one.
 
     The first signal of a kind puts back the handler that was there before, so the second
-    one acts as it would without this class. Handlers can only be set from the main thread;
-    elsewhere install() logs why and catches nothing.
+    one acts as it would without this class (a second SIGTERM ends the process at once).
+    Python's own Ctrl-C handler is the exception: this class keeps catching SIGINT and
+    raises KeyboardInterrupt itself for the second one, remembering that it did. Handlers
+    can only be set from the main thread; elsewhere install() logs why and catches nothing.
+
+    Attributes:
+      received: the name of the first signal caught ("SIGTERM", "SIGINT"), or None.
+      interrupted: whether a second Ctrl-C came while Python's KeyboardInterrupt handler was
+        the one before: the run must end with KeyboardInterrupt (see raise_if_interrupted).
     """
 
     def __init__(self):
         self.received: Optional[str] = None
+        self.interrupted = False
         self._previous: Dict[int, object] = {}
+        self._caught: Set[int] = set()
 
     def install(self) -> None:
-        self.received = None
+        self.received, self.interrupted = None, False
+        self._caught.clear()
         if threading.current_thread() is not threading.main_thread():
             logging.warning("fit runs outside the main thread: SIGTERM and Ctrl-C are not "
                             "caught, and a stop loses the steps since the last backup")
@@ -78,16 +92,28 @@ class StopSignals:
         for signum in list(self._previous):
             self._restore(signum)
 
+    def raise_if_interrupted(self) -> None:
+        """Raises the KeyboardInterrupt of a second Ctrl-C, in case the one its handler
+        raised was lost."""
+        if self.interrupted:
+            raise KeyboardInterrupt
+
     def _restore(self, signum: int) -> None:
         previous = self._previous.pop(signum)
         if signal.getsignal(signum) == self._on_signal:  # Not replaced by someone else.
-            signal.signal(signum, previous)
+            signal.signal(signum, signal.SIG_DFL if previous is None else previous)
 
     def _on_signal(self, signum, frame) -> None:
-        del frame
         name = signal.Signals(signum).name
+        if signum in self._caught:  # A second Ctrl-C: KeyboardInterrupt, remembered.
+            self._restore(signum)
+            self.interrupted = True
+            signal.default_int_handler(signum, frame)
         self.received = self.received or name
-        self._restore(signum)
+        if self._previous[signum] is signal.default_int_handler:
+            self._caught.add(signum)  # Stays set, to remember the second one.
+        else:  # Ends the process (SIG_DFL) or does what its owner wants, as before fit.
+            self._restore(signum)
         logging.warning("%s received: finishing the current step and backing it up, then "
                         "stopping (send it again to stop at once)", name)
 
@@ -133,7 +159,11 @@ class StopOnSignal(keras.callbacks.Callback):
     def _stop_requested(self) -> bool:
         return any_worker(self.signals.received is not None, self.model.distribute_strategy)
 
+    def on_train_batch_begin(self, batch, logs=None):
+        self.signals.raise_if_interrupted()
+
     def on_train_batch_end(self, batch, logs=None):
+        self.signals.raise_if_interrupted()
         steps_per_epoch = self.params.get("steps")
         if steps_per_epoch is not None and batch + 1 >= steps_per_epoch:
             return  # The epoch's end comes next: stop after its work and backup.
@@ -142,10 +172,12 @@ class StopOnSignal(keras.callbacks.Callback):
             self._stop()
 
     def on_epoch_end(self, epoch, logs=None):
+        self.signals.raise_if_interrupted()
         if self._stop_requested():
             self._stop()
 
     def _stop(self) -> None:
+        self.signals.raise_if_interrupted()  # A second Ctrl-C during the backup.
         self.release()
         name = self.signals.received or "a signal to another worker"
         step = int(self.model.optimizer.iterations.numpy())
