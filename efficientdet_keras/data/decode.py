@@ -113,17 +113,14 @@ class DataHealth:
         count = tf.cast(count, tf.int64)
         limit = 1 if kind in _WARN_ONCE else self.warnings_per_kind
         label = kind.replace("_", " ")
-
-        def counted():
-            seen = self._counts[kind].assign_add(count) - count
-            tf.cond(seen < limit,
-                    lambda: _warn(tf.strings.join(["Data: ", label, " in ", record, ": ", detail])),
-                    lambda: tf.cond(seen == limit, lambda: _warn(
-                        "Data: more %s; counting without further warnings." % label),
-                        lambda: tf.constant(False)))
-            return tf.constant(True)
-
-        tf.cond(count > 0, counted, lambda: tf.constant(False))
+        # One cond rather than nested ones: each cond is a graph of its own to build, and
+        # every pipeline builds this for every kind. Adding a count of 0 changes nothing.
+        seen = self._counts[kind].assign_add(count) - count
+        message = tf.reshape(tf.where(  # A scalar, or tf.print quotes it as a tensor.
+            seen < limit, tf.strings.join(["Data: ", label, " in ", record, ": ", detail]),
+            "Data: more %s; counting without further warnings." % label), [])
+        tf.cond(tf.logical_and(count > 0, seen <= limit), lambda: _warn(message),
+                lambda: tf.constant(False))
 
     def note_truncation(self, record: tf.Tensor, num_objects: tf.Tensor,
                         max_instances: int) -> None:
@@ -294,6 +291,7 @@ def _update(problem: tf.Tensor, checks) -> tf.Tensor:
     return tf.where(tf.equal(problem, 0), _first_problem(checks), problem)
 
 
+@tf.autograph.experimental.do_not_convert  # Graph ops throughout; converting costs seconds.
 def decode_and_clean(raw: Dict[str, tf.Tensor], num_classes: int, max_instances: int,
                      health: DataHealth, strict: bool = False) -> Dict[str, tf.Tensor]:
     """Decodes and checks one raw example (graph ops); use in Dataset.map, then filter on "ok".
@@ -423,5 +421,5 @@ def _drop(objects, drop, kind, detail, health, name):
     """objects (boxes, classes, is_crowd, area, object_index) without those where `drop`
     (bool [N])."""
     _note_count(health, kind, name, drop, detail)
-    keep = tf.logical_not(drop)
-    return tuple(tf.boolean_mask(t, keep) for t in objects)
+    keep = tf.reshape(tf.where(tf.logical_not(drop)), [-1])  # One index list for all five.
+    return tuple(tf.gather(t, keep) for t in objects)
