@@ -12,7 +12,11 @@ CLIENTS := .venv-clients
 CLIENTS_STAMP := $(CLIENTS)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: demo test install clean bench docs
+# Two workers; each takes whole groups (a test file, or tests marked with one xdist_group), the
+# longest first by tests/durations.json (tests/scheduling.py).
+PYTEST := $(BIN)/python -m pytest -q -ra -n 2 --dist loadgroup --no-loadscope-reorder
+
+.PHONY: demo test test-quick profile install clean bench docs
 
 install: $(STAMP)
 
@@ -31,7 +35,16 @@ $(CLIENTS_STAMP): tests/clients/requirements.txt
 	touch $(CLIENTS_STAMP)
 
 test: $(STAMP) $(CLIENTS_STAMP)
-	$(BIN)/python -m pytest -q -ra -n 2 --dist loadfile --durations=25 $(PYTEST_ARGS)
+	$(PYTEST) --durations=25 $(PYTEST_ARGS)
+
+# The inner loop while working: the tests marked quick, at least one for every module.
+test-quick: $(STAMP) $(CLIENTS_STAMP)
+	$(PYTEST) -m quick $(PYTEST_ARGS)
+
+# The whole suite with every test's time, the time by file, and tests/durations.json rewritten
+# (the group times the scheduling reads).
+profile: $(STAMP) $(CLIENTS_STAMP)
+	$(PYTEST) --durations=0 --write-durations=tests/durations.json $(PYTEST_ARGS)
 
 # The docs site in site/; strict, as the test suite builds it: a broken link or reference fails.
 docs: $(STAMP)

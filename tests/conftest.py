@@ -10,11 +10,38 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from helpers import REFERENCE_DIR  # noqa: E402
+from scheduling import (DurationRecorder, costliest_groups_first, load_durations,  # noqa: E402
+                        mark_groups)
 
 # Two logical CPUs, so tf.distribute.MirroredStrategy tests run on this machine.
 # Must happen before TensorFlow initialises its runtime, hence here.
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--write-durations", metavar="PATH", default="",
+                     help="Write each xdist group's seconds to PATH as JSON and print the "
+                          "time by file (make profile).")
+
+
+class _CostliestGroupsFirst:
+    @pytest.hookimpl(trylast=True)  # After pytest's own reordering by fixture scopes.
+    def pytest_collection_modifyitems(self, items):
+        items[:] = costliest_groups_first(items, load_durations())
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_CostliestGroupsFirst(), "costliest-groups-first")
+    if config.getoption("write_durations"):
+        config.pluginmanager.register(DurationRecorder(config.getoption("write_durations")),
+                                      "duration-recorder")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Before xdist reads the groups (scheduling.py)."""
+    mark_groups(items)
 
 
 @pytest.fixture(autouse=True)

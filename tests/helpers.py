@@ -7,10 +7,12 @@ Fixtures and hooks live in conftest.py; tests import everything else from here.
 import contextlib
 import http.server
 import os
+import shutil
 import tarfile
 import threading
 import time
 
+import filelock
 import numpy as np
 import tensorflow as tf
 import tf_keras as keras
@@ -34,6 +36,21 @@ def tiny_config(model_name: str = "efficientdet-d0", **overrides):
     config = get_efficientdet_config(model_name)
     config.override(dict(dict(image_size=128, num_classes=4), **overrides))
     return config
+
+
+def built_once_per_session(tmp_path_factory, name: str, build) -> str:
+    """The folder `name` that `build(folder)` fills, once per test session: the first xdist
+    worker to ask builds it while the others wait, then all share it (read-only)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # The session's folder, above each worker's own.
+    folder, done = root / name, root / (name + ".built")
+    with filelock.FileLock(str(root / (name + ".lock"))):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # A build that failed part-way.
+            build(str(folder))
+            done.touch()
+    return str(folder)
 
 
 def bright_box_image(height, width, box, channels=3):

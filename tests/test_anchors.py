@@ -7,6 +7,8 @@ from efficientdet_keras import get_efficientdet_config
 from efficientdet_keras.detection.anchors import (BACKGROUND, IGNORE, AnchorLabeler, Anchors, decode_boxes,
                                         encode_boxes, pairwise_iou)
 
+pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
+
 
 def test_d0_anchor_count_and_known_coordinates():
     anchors = Anchors(get_efficientdet_config("efficientdet-d0"))

@@ -8,6 +8,8 @@ from PIL import Image, ImageEnhance, ImageOps
 
 from efficientdet_keras.data import autoaugment, image_ops
 
+pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
+
 HEIGHT, WIDTH = 160, 192  # not square, so a height/width swap shows
 # One box-shaped object per channel (pixels [ymin, xmin, ymax, xmax]), so colour-free geometry
 # can be followed channel by channel.

@@ -282,6 +282,7 @@ def test_bad_boxes_are_counted(box_pass):
     assert {k: v for k, v in box_pass[1].items() if v} == dict(expected)
 
 
+@pytest.mark.quick
 def test_strict_data_makes_a_bad_class_id_an_error_naming_the_record(tmp_path):
     source = RecordsSource([image_record(tmp_path, 5, [[10, 10, 50, 50]], [7])])
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"record source_id 5 / img5\.jpg has "
@@ -289,6 +290,7 @@ def test_strict_data_makes_a_bad_class_id_an_error_naming_the_record(tmp_path):
         decoded(source, strict=True)
 
 
+@pytest.mark.quick
 def test_pixel_boxes_are_warned_about_once(tmp_path):
     pixels = [mutated(i, set_feature("image/object/bbox/xmax", "float_list", [40.0]))
               for i in (2, 3, 4)]

@@ -28,6 +28,7 @@ def model_dir(tmp_path_factory):
     return str(folder)
 
 
+@pytest.mark.quick
 def test_a_model_dir_gets_network_and_end_to_end_figures(model_dir, tmp_path):
     import numpy as np
     image = write_image(str(tmp_path / "photo.jpg"),

@@ -30,6 +30,7 @@ def anchor_settings(**overrides) -> AnchorSettings:
     return AnchorSettings.from_config(tiny_config(**overrides))
 
 
+@pytest.mark.quick
 def test_best_anchor_iou_equals_the_iou_with_every_anchor():
     """The nearest-centre shortcut gives the same best IoU as comparing with all anchors."""
     config = tiny_config(image_size=(96, 160))  # Unequal strides and rounded-up levels.
@@ -42,6 +43,7 @@ def test_best_anchor_iou_equals_the_iou_with_every_anchor():
                                every_anchor, atol=1e-5)
 
 
+@pytest.mark.quick
 def test_unmatched_share_is_the_hand_counted_fraction():
     settings = anchor_settings()
     anchors = Anchors(tiny_config()).boxes
@@ -89,6 +91,7 @@ def small_dataset(tmp_path_factory):
     return folder, records
 
 
+@pytest.mark.quick
 def test_statistics_equal_the_hand_counted_ones(small_dataset):
     config = tiny_config()
     scan = scan_dataset(RecordsSource(small_dataset[1]), config, show_progress=False)
@@ -191,6 +194,7 @@ def _scan_of(input_boxes):
                        source_problems={})
 
 
+@pytest.mark.quick
 def test_coco_json_source_and_the_chart(small_dataset, tmp_path):
     folder, records = small_dataset
     coco = records_to_coco([r for r in records if r.image_id != 4], {1: "cat", 2: "dog", 3: "x"})
@@ -226,6 +230,7 @@ def write_tfrecord(path, examples):
             writer.write(example if isinstance(example, bytes) else example.SerializeToString())
 
 
+@pytest.mark.quick
 def test_count_records_shows_a_progress_bar(tmp_path, capsys):
     path = tmp_path / "three.tfrecord"
     write_tfrecord(path, [b"a", b"b", b"c"])
@@ -241,6 +246,7 @@ def run_tool(*args, cwd):
                             stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.quick
 def test_tool_on_tfrecords_a_voc_tree_and_a_bad_flag(small_dataset, tmp_path):
     """Three runs at once: TFRecords with a corrupt record (named, with its reason), the
     chart and the JSON; a VOC tree with the VOC class names; a missing file named by flag."""

@@ -42,6 +42,7 @@ def test_golden_d0_defaults_to_ema(reference_dir):
     assert max_output_error(model, folder, "ema") <= 1e-4
 
 
+@pytest.mark.quick
 def test_golden_lite0_falls_back_to_plain_values(reference_dir, caplog):
     folder = reference_dir("efficientdet-lite0")
     model = EfficientDetNet("efficientdet-lite0")
@@ -83,6 +84,7 @@ def test_exclude_regex_keeps_initial_values(reference_dir):
     np.testing.assert_array_equal(model.class_net.predict.bias.numpy(), initial_bias)
 
 
+@pytest.mark.quick
 def test_missing_path_is_a_clear_error(tmp_path):
     model = EfficientDetNet(config=tiny_config())
     with pytest.raises(FileNotFoundError, match="nowhere"):
@@ -148,6 +150,7 @@ def synthetic_detector_keys(backbone, filters, cells, head_repeats):
     return shapes
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("row,expected", [
     (("efficientnet-b3", 160, 6, 4), "efficientdet-d3 (efficientnet-b3 backbone, 6 BiFPN cells "
                                      "of 160 filters, 4 head repeats)"),
@@ -174,6 +177,7 @@ def test_classification_keys_are_a_backbone_only_checkpoint():
     assert architecture.describe() == "an EfficientNet-lite2 classification checkpoint"
 
 
+@pytest.mark.quick
 def test_archive_directory_means_its_best_checkpoint(tmp_path):
     from efficientdet_keras.checkpoint.archive import CheckpointArchive
     from efficientdet_keras.checkpoint import resolve_checkpoint_path

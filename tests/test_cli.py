@@ -57,6 +57,7 @@ def console_scripts():
 ABSL_FLAGS = ("only_check_args", "pdb_post_mortem", "verbosity")
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("script", sorted(console_scripts()))
 def test_help_lists_the_tools_own_flags_without_loading_tensorflow(script):
     module, function = console_scripts()[script].split(":")
@@ -186,6 +187,7 @@ def test_eval_shows_data_warnings_but_no_tensorflow_notices(tiny_run):
     assert "ARmax100" in result.stdout
 
 
+@pytest.mark.quick
 def test_input_error_cause_picks_the_line_that_names_the_record(tmp_path):
     import tensorflow as tf
 

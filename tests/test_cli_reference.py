@@ -12,6 +12,8 @@ import pytest
 
 from helpers import REPO_ROOT
 
+pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
+
 HOOK_PATH = os.path.join(REPO_ROOT, "docs", "hooks", "cli_reference.py")
 # A flag line of a tool's --help: "  --name: ..." or "  --[no]name: ..." for a bool.
 HELP_FLAG_LINE = re.compile(r"^  --(?:\[no\])?(\w+):", re.MULTILINE)

@@ -9,6 +9,8 @@ from helpers import HPARAMS_DIR
 from efficientdet_keras import MODEL_NAMES, Config, get_efficientdet_config
 from efficientdet_keras.config import parse_override_string, validate_config
 
+pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
+
 # name: (backbone, size, filters, fpn repeats, head repeats), from the paper's table.
 FAMILY = {
     "efficientdet-d0": ("efficientnet-b0", 512, 64, 3, 3),

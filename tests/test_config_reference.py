@@ -16,6 +16,8 @@ from efficientdet_keras.config import (MODEL_NAMES, PACKAGED_HPARAMS_DIR, Config
 from efficientdet_keras.config.defaults import default_values
 from efficientdet_keras.config.rules import allowed_values, flatten, format_value
 
+pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
+
 HOOK_PATH = os.path.join(REPO_ROOT, "docs", "hooks", "config_reference.py")
 KEYS = flatten(default_values())
 

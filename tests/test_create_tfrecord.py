@@ -28,6 +28,7 @@ def read_examples(path):
     return [parse_tf_example(serialized) for serialized in tf.data.TFRecordDataset(path)]
 
 
+@pytest.mark.quick
 def test_voc_to_two_shards_with_ground_truth_json(tmp_path):
     root = make_voc_tree(tmp_path / "VOC")
     prefix, gt_json = str(tmp_path / "out" / "train"), str(tmp_path / "out" / "gt.json")
@@ -116,6 +117,7 @@ def write_tiny_coco(tmp_path):
     return str(json_path), str(image_dir)
 
 
+@pytest.mark.quick
 def test_coco_records_through_write_tfrecords(tmp_path):
     json_path, image_dir = write_tiny_coco(tmp_path)
     records = load_coco_records(json_path, image_dir)

@@ -106,6 +106,7 @@ def test_recognises_each_source_and_detects_like_the_saved_model(sources, detect
         assert found.boxes[:, 2].max() == 90  # Boxes reaching into the padding: clipped.
 
 
+@pytest.mark.quick
 def test_image_forms_lists_and_filters(detectors, tmp_path):
     detector = detectors["model_dir"]
     first, second = photo(2, (60, 100, 3)), photo(3, (120, 80, 3))
@@ -137,6 +138,7 @@ def found_colour(found):
     return class_colour(found.class_ids[0])
 
 
+@pytest.mark.quick
 def test_draw_marks_box_edges_and_nothing_else(detectors):
     detector = detectors["model_dir"]
     image = np.full((100, 140, 3), 255, np.uint8)
@@ -154,6 +156,7 @@ def test_draw_marks_box_edges_and_nothing_else(detectors):
     np.testing.assert_array_equal(detector.draw(image, nothing), image)
 
 
+@pytest.mark.quick
 def test_only_network_outputs(detectors):
     config = detectors["model_dir"].config
     raw = detectors["model_dir"].detect(photo(4, (64, 96, 3)), only_network=True)
@@ -171,6 +174,7 @@ def test_only_network_outputs(detectors):
         detectors["saved_model"].detect(image, only_network=True)
 
 
+@pytest.mark.quick
 def test_benchmark_reports_positive_latencies(detectors, capsys):
     result = detectors["model_dir"].benchmark(image=photo(7, (48, 64, 3)), batch_size=2,
                                               runs=2, warmup=1)
@@ -184,6 +188,7 @@ def test_benchmark_reports_positive_latencies(detectors, capsys):
     assert served.network is None and served.end_to_end.median_ms > 0
 
 
+@pytest.mark.quick
 def test_checkpoint_config_resolution(sources):
     _, prefix = sources
     assert checkpoint_config(prefix, None, "").label_map == LABELS  # config.yaml beside it.
@@ -191,6 +196,7 @@ def test_checkpoint_config_resolution(sources):
     assert config.name == "efficientdet-lite0" and list(config.image_size) == [256, 256]
 
 
+@pytest.mark.quick
 def test_clear_errors(sources, detectors, tmp_path):
     missing = tmp_path / "none"
     with pytest.raises(FileNotFoundError, match="%s: no such file or directory" % missing):

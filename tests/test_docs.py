@@ -1,11 +1,13 @@
 """The README and the docs pages as a test: every Python snippet, every shell command (but a few
 named in EXEMPT, with the reason) and every settings file runs as written.
 
-They run in a sandbox folder laid out like a user's project, holding every file the pages name
-(the hparams folder, small COCO-JSON, TFRecord and VOC datasets, photos), page after page in the
-site's reading order. The released models the pages name are served from a loopback HTTP server
-(archives built from ../shared/reference) into a cache of the sandbox's own. The Python snippets of one page share one
-namespace, as they would at a reader's Python prompt.
+Each page runs in a sandbox folder of its own, laid out like a user's project, holding every
+file the pages name (the hparams folder, small COCO-JSON, TFRecord and VOC datasets, photos, the
+demo run in runs/demo), its commands and snippets in reading order, as a reader follows it. The
+folder is prepared once per test session and copied for each page, and pages are spread over
+the xdist workers. The released models the pages name are served from a loopback HTTP server
+(archives built from ../shared/reference) into a cache of the worker's own. The Python snippets
+of one page share one namespace, as they would at a reader's Python prompt.
 """
 
 import fnmatch
@@ -20,7 +22,7 @@ import pytest
 
 from doc_blocks import all_blocks, written_pages
 from helpers import (CLIENTS_PYTHON, HPARAMS_DIR, REFERENCE_DIR, REPO_ROOT,
-                     released_models_served, write_backbone_checkpoint)
+                     built_once_per_session, released_models_served, write_backbone_checkpoint)
 
 WORKED_EXAMPLE = ("docs/guides/training.md", "Fine-tuning a released checkpoint on your own data")
 BLOCKS = all_blocks()
@@ -61,11 +63,19 @@ EXEMPT = {
 COMMANDS = [(b, i, c) for b in BLOCKS if b.language == "sh" and b not in EXAMPLE_BLOCKS
             for i, c in enumerate(b.commands())]
 RUN_COMMANDS = [(b, i, c) for b, i, c in COMMANDS if not any(c.startswith(e) for e in EXEMPT)]
+# What each page runs, in its reading order: its Python snippets and its shell commands.
+STEPS = [step for b in BLOCKS for step in ([(b, None, None)] if b.language == "python" else
+                                           [s for s in RUN_COMMANDS if s[0] is b])]
 # What the pages' commands expect from an earlier run: runs/demo, here a one-step demo.
 TINY_DEMO = ("efficientdet-train --demo --demo_images=8 --num_epochs=1 "
              "--hparams=steps_per_epoch=1 --model_dir=runs/demo")
 # The front page is a front page: a reader finds the quick starts without scrolling far.
 README_MAX_LINES = 215
+
+
+def on_page_worker(page, *values, id):
+    """A test parameter that runs with the rest of its page, on one worker, in page order."""
+    return pytest.param(*values, id=id, marks=pytest.mark.xdist_group("docs:" + page))
 
 
 def _link(target, link):
@@ -87,17 +97,13 @@ def _write_coco_dataset(root, synthetic, name):
         shutil.copy(annotation, os.path.join(folder, split + ".json"))
 
 
-@pytest.fixture(scope="module")
-def sandbox(tmp_path_factory):
-    """A user's project folder with every file the pages' snippets and commands name."""
-    reference = os.path.join(REFERENCE_DIR, "efficientdet-d0")
-    if not os.path.isdir(reference):
-        pytest.skip("reference checkpoint %s is absent: it lives in ../shared/reference beside "
-                    "the repository (CI has it; a plain clone does not)" % reference)
+def _build_project(root):
+    """A user's project folder with every file the pages' snippets and commands name, and the
+    demo run (runs/demo) they start from."""
     from efficientdet_keras.data.synthetic import write_synthetic_dataset
     from test_voc import make_voc_tree
 
-    root = str(tmp_path_factory.mktemp("readme-project"))
+    os.makedirs(root)
     _link(HPARAMS_DIR, os.path.join(root, "hparams"))
     _write_coco_dataset(root, 256, "mydata")
 
@@ -123,14 +129,46 @@ def sandbox(tmp_path_factory):
         if block.language == "yaml" and block.file_name:
             with open(os.path.join(root, block.file_name), "w") as f:
                 f.write(block.code)
+    _run_command(TINY_DEMO, root)
+
+
+@pytest.fixture(scope="module")
+def released_models(tmp_path_factory):
+    """The released models the pages name, served from loopback into this worker's cache."""
+    reference = os.path.join(REFERENCE_DIR, "efficientdet-d0")
+    if not os.path.isdir(reference):
+        pytest.skip("reference checkpoint %s is absent: it lives in ../shared/reference beside "
+                    "the repository (CI has it; a plain clone does not)" % reference)
     mirror = str(tmp_path_factory.mktemp("released-models"))
     served = {"efficientdet-d0": reference,
               "efficientdet-lite0": os.path.join(REFERENCE_DIR, "efficientdet-lite0"),
               "efficientnet-b0": write_backbone_checkpoint(reference, os.path.join(mirror, "b0"))}
     with released_models_served(os.path.join(mirror, "bucket"), served,
-                                os.path.join(mirror, "cache")):
-        _run_command(TINY_DEMO, root)
-        yield root
+                                os.path.join(mirror, "cache")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def project(released_models, tmp_path_factory):
+    """The prepared project folder, built once per session and shared; read-only."""
+    return built_once_per_session(tmp_path_factory, "docs-project", _build_project)
+
+
+@pytest.fixture(scope="module")
+def page_sandboxes():
+    return {}
+
+
+@pytest.fixture
+def sandbox(request, project, page_sandboxes, tmp_path_factory):
+    """The page's own copy of the project: what its commands write stays on the page."""
+    page = request.node.get_closest_marker("xdist_group").args[0]
+    if page not in page_sandboxes:
+        folder = tmp_path_factory.mktemp(re.sub(r"\W+", "-", page))
+        shutil.rmtree(folder)
+        shutil.copytree(project, folder, symlinks=True)
+        page_sandboxes[page] = str(folder)
+    return page_sandboxes[page]
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +177,7 @@ def page_namespaces():
     return {}
 
 
+@pytest.mark.quick
 def test_pages_have_the_snippets_they_should():
     assert len(written_pages()) >= 10
     assert len(PYTHON_BLOCKS) >= 10
@@ -148,15 +187,14 @@ def test_pages_have_the_snippets_they_should():
     assert [b.language for b in readme].count("python") >= 2, "the README's quick starts"
 
 
+@pytest.mark.quick
 def test_readme_is_a_front_page():
     with open(os.path.join(REPO_ROOT, "README.md")) as f:
         lines = f.read().splitlines()
     assert len(lines) <= README_MAX_LINES, "README.md has %d lines" % len(lines)
 
 
-@pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=[b.id for b in PYTHON_BLOCKS])
-def test_python_snippet_runs_as_written(block, sandbox, page_namespaces, monkeypatch):
-    monkeypatch.chdir(sandbox)
+def _run_python_snippet(block, sandbox, page_namespaces):
     if "import mediapipe" in block.code:  # An app's code: it runs where MediaPipe is installed.
         return _run_in_clients_environment(block, sandbox)
     code = compile(block.code, "%s, line %d" % (block.page, block.line), "exec")
@@ -165,15 +203,11 @@ def test_python_snippet_runs_as_written(block, sandbox, page_namespaces, monkeyp
 
 
 def _run_in_clients_environment(block, sandbox):
-    """Runs an app's snippet with the clients' Python, after the page's tflite export
-    commands above it (command tests run after the snippet tests)."""
+    """Runs an app's snippet with the clients' Python, where the page's commands above it
+    (its export) have run."""
     if not os.path.exists(CLIENTS_PYTHON):
         pytest.skip("%s is absent: make test creates it (tests/clients/requirements.txt)"
                     % CLIENTS_PYTHON)
-    for earlier, _, command in COMMANDS:
-        if (earlier.page == block.page and earlier.line < block.line
-                and command.startswith("efficientdet-export") and "--format=tflite" in command):
-            _run_command(command, sandbox)
     result = subprocess.run([CLIENTS_PYTHON, "-c", block.code], cwd=sandbox,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, "%s, line %d:\n%s" % (block.page, block.line,
@@ -190,13 +224,13 @@ def _run_command(command, cwd):
     return result
 
 
-def test_worked_example_json_is_the_layout_the_loader_reads(sandbox, tmp_path):
+def test_worked_example_json_is_the_layout_the_loader_reads(project, tmp_path):
     """The example COCO JSON is valid and loads, with the ids and classes it shows."""
     from efficientdet_keras.data.coco_records import load_coco_records
     example = [b for b in EXAMPLE_BLOCKS if b.language == "json"]
     assert len(example) == 1
     (tmp_path / "data.json").write_text(example[0].code)
-    shutil.copy(os.path.join(sandbox, "mydata", "images", "000001.jpg"), tmp_path / "1.jpg")
+    shutil.copy(os.path.join(project, "mydata", "images", "000001.jpg"), tmp_path / "1.jpg")
     records = load_coco_records(str(tmp_path / "data.json"), str(tmp_path))
     assert [r.image_id for r in records] == [1] and records[0].classes.tolist() == [3]
     # [x, y, w, h] -> [ymin, xmin, ymax, xmax]
@@ -211,6 +245,7 @@ def run_dir_patterns():
             if line.strip() and not line.startswith(" ")]
 
 
+@pytest.mark.xdist_group("docs:" + WORKED_EXAMPLE[0])  # Its page's later steps use its run.
 def test_worked_example_runs_as_written(sandbox):
     """Runs the example's commands in order and checks that the run directory holds only
     files the guide explains, and every one it promises."""
@@ -230,19 +265,29 @@ def test_worked_example_runs_as_written(sandbox):
         assert sorted(json.load(f), key=int) == ["1", "2", "3"]
 
 
+@pytest.mark.quick
 def test_exemptions_name_readme_commands():
     """Each exemption matches a command of the pages, so the list cannot go stale."""
     for start in EXEMPT:
         assert any(c.startswith(start) for _, _, c in COMMANDS), start
 
 
-@pytest.mark.parametrize("command", [c for _, _, c in RUN_COMMANDS],
-                         ids=["%s-line%d-%d" % (b.page, b.line, i) for b, i, _ in RUN_COMMANDS])
-def test_command_runs_as_written(command, sandbox):
-    result = _run_command(command, sandbox)
-    assert result.stdout.strip() or result.stderr.strip()
+@pytest.mark.parametrize("block, index, command", [
+    on_page_worker(block.page, block, index, command,
+                   id="%s-line%d%s" % (block.page, block.line,
+                                       "" if index is None else "-%d" % index))
+    for block, index, command in STEPS])
+def test_page_runs_as_written(block, index, command, sandbox, page_namespaces, monkeypatch):
+    """A page's snippets and commands, one after another as the page has them."""
+    monkeypatch.chdir(sandbox)
+    if command is None:
+        _run_python_snippet(block, sandbox, page_namespaces)
+    else:
+        result = _run_command(command, sandbox)
+        assert result.stdout.strip() or result.stderr.strip()
 
 
+@pytest.mark.quick
 def test_readme_links_lead_to_files():
     """The front page is read outside the site (on a code host, in the package metadata), so
     its links are plain file paths; each must exist."""

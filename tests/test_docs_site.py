@@ -13,6 +13,8 @@ import pytest
 
 from helpers import REPO_ROOT
 
+pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
+
 # Words about how the work went rather than what the package does: issue numbers, work
 # sessions, machines lent for a while.
 PROCESS_WORDS = re.compile(r"\bissues?\s*#?\d+|\(issue\b|#\d{2,}\b|\bsessions?\b"

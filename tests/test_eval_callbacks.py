@@ -28,6 +28,7 @@ class ScoresByEpoch:
         return prefix, {"AP": ap, "AP50": 2 * ap}, EvaluationTiming()
 
 
+@pytest.mark.quick
 def test_trainer_and_continuous_evaluator_share_one_archive(tmp_path):
     config = tiny_config(num_epochs=3, **SMALL)
     model = EfficientDetNet(config=config)

@@ -22,6 +22,8 @@ from efficientdet_keras.detection.postprocess import Detections
 from efficientdet_keras.reports.eval_images import SUMMARY_TAG, EvaluationImages
 from efficientdet_keras.training.coco_callback import COCOCallback
 
+pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
+
 SMALL = dict(fpn_num_filters=16, fpn_cell_repeats=1, box_class_repeats=1)
 SIZE = 128  # tiny_config's input size
 TITLE = 14  # side_by_side's title height

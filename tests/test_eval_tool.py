@@ -46,6 +46,7 @@ def run_tool(*args):
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.quick
 def test_single_evaluation_prints_metrics_and_writes_detections(run_dir, tmp_path):
     model_dir, data = run_dir
     results_json = tmp_path / "detections.json"
@@ -119,6 +120,7 @@ def test_bad_flags_are_one_line_errors(tmp_path):
         "<model_dir>/eval_images)")
 
 
+@pytest.mark.quick
 def test_archive_keeps_the_best_and_survives_reloads(tmp_path):
     config = tiny_config(fpn_num_filters=16, fpn_cell_repeats=1, box_class_repeats=1)
     model = EfficientDetNet(config=config)

@@ -15,6 +15,8 @@ from efficientdet_keras.data.synthetic import write_synthetic_dataset
 from efficientdet_keras.evaluation import METRIC_NAMES, COCOEvaluator, faster_coco_eval_available
 from efficientdet_keras.detection.postprocess import CocoRows, Detections, box_scale_factors
 
+pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
+
 
 def random_case(seed, num_images=12, num_classes=5):
     """Ground truth and detections with the hard parts: empty images, crowds, all sizes,

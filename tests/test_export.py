@@ -167,6 +167,7 @@ def test_detection_saved_model_matches_the_model(trained, tmp_path):
     assert (out_dir / "img0.png").exists() and (out_dir / "img1.png").exists()
 
 
+@pytest.mark.quick
 def test_saved_model_of_a_stretch_trained_model_stretches(tmp_path):
     """The serving graph fits images as the model was trained: with resize_mode stretch each
     axis alone, and the boxes come back per axis, normalised to the original image."""

@@ -27,6 +27,8 @@ from efficientdet_keras.utils.fileio import (FOREIGN_TEMPORARY_FILE_SECONDS, Fil
                                              file_name_host, remove_stale_temporary_files,
                                              write_json_atomically)
 
+pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
+
 TRAIN_TOOL = os.path.join(REPO_ROOT, "tools", "train.py")
 DATA_SUFFIX = ".data-00000-of-00001"
 

@@ -99,6 +99,7 @@ def test_fold_into_refolds_new_weights_and_bfloat16_stays_close():
     assert relative_errors(model, in_bfloat16, images) < 0.1
 
 
+@pytest.mark.quick
 def test_a_folded_model_cannot_be_trained_or_folded_again():
     from efficientdet_keras.training.trainer import EfficientDetNetTrain
     config = tiny_config(image_size=64, fold_batch_norm=True)

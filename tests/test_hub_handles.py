@@ -169,6 +169,7 @@ def test_a_handle_is_downloaded_once_per_cache(server, hub_cache, tmp_path, monk
                                        "saved_model.pb"))
 
 
+@pytest.mark.quick
 def test_an_unreachable_handle_is_a_quick_value_error_naming_it(hub_cache):
     from efficientdet_keras.training.hub_trainer import EfficientDetNetTrainHub
 
@@ -184,6 +185,7 @@ def test_an_unreachable_handle_is_a_quick_value_error_naming_it(hub_cache):
     assert not [n for n in leftovers if n.endswith((".lock", ".tmp"))], leftovers
 
 
+@pytest.mark.quick
 def test_a_missing_or_bad_archive_is_a_value_error_naming_the_handle(server, hub_cache):
     from efficientdet_keras.training.hub_trainer import EfficientDetNetTrainHub
 

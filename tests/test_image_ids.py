@@ -15,6 +15,8 @@ from efficientdet_keras.data.records import ImageRecord
 from efficientdet_keras.evaluation import COCOEvaluator, check_source_ids_match
 from efficientdet_keras.detection.postprocess import CocoRows, Detections
 
+pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
+
 # 2^53 and 2^53 + 1 are one float64: any float on the way merges their detections.
 HARD_IDS = [2 ** 63 - 1, 2 ** 53, 2 ** 53 + 1, "000123", "img_a.jpg", "img_b.jpg"]
 LABEL_MAP = {1: "box"}

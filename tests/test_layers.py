@@ -10,6 +10,8 @@ import pytest
 
 from helpers import REPO_ROOT
 
+pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
+
 pytest.importorskip("importlinter", reason="import-linter is in the test extra")
 
 SETUP_CFG = os.path.join(REPO_ROOT, "setup.cfg")

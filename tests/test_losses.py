@@ -7,6 +7,8 @@ import tensorflow as tf
 from efficientdet_keras.detection.anchors import encode_boxes
 from efficientdet_keras.detection.losses import BoxLoss, FocalLoss, IoULoss, box_iou_terms
 
+pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
+
 
 def numpy_focal(logits, targets, num_classes, alpha, gamma, smoothing):
     """Straight from the focal-loss formula, one anchor and class at a time."""

@@ -1,10 +1,13 @@
 """Mosaic, mixup and GridMask as functions (data/mixing.py, data/gridmask.py)."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from helpers import bright_box_image
 from efficientdet_keras.data import gridmask, mixing
+
+pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
 
 # Object colours of the four mosaic images (class q + 1 is image q's object).
 COLOURS = np.array([(255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 255)])

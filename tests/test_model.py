@@ -179,6 +179,7 @@ def test_survival_prob_adds_head_residuals():
     np.testing.assert_array_equal(out_residual, residual(x)[1][0].numpy())
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("name, last", [("efficientdet-d0", 1.0), ("efficientdet-d1", 0.8),
                                         ("efficientdet-lite0", 0.8)])
 def test_backbone_survival_probs_follow_the_released_choice(name, last):
@@ -247,6 +248,7 @@ def test_parameter_counts_match_the_paper(name):
     assert trainable / 1e6 == pytest.approx(PUBLISHED_PARAMS[name], rel=0.01)
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("source,target", [((2, 3), (3, 5)), ((4, 4), (8, 7)), ((1, 1), (2, 1))])
 def test_upsampling_equals_the_released_resize(source, target):
     from efficientdet_keras.model.bifpn import upsample_nearest

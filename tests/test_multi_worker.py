@@ -26,6 +26,7 @@ from efficientdet_keras.training.workers import is_chief, remove_write_dir, writ
 TRAIN_TOOL = os.path.join(REPO_ROOT, "tools", "train.py")
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("tf_config, message", [
     (None, "--strategy=multi-worker needs the TF_CONFIG environment variable"),
     ("{cluster", "TF_CONFIG is not valid JSON"),
@@ -42,6 +43,7 @@ def test_a_missing_or_malformed_tf_config_is_one_error_naming_it(tf_config, mess
         check_tf_config(tf_config)
 
 
+@pytest.mark.quick
 def test_multi_worker_without_tf_config_fails_before_joining_any_cluster(monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
     with pytest.raises(ValueError, match="needs the TF_CONFIG environment variable"):
@@ -50,6 +52,7 @@ def test_multi_worker_without_tf_config_fails_before_joining_any_cluster(monkeyp
                     '"task": {"type": "worker", "index": 0}}')  # A valid one passes.
 
 
+@pytest.mark.quick
 def test_a_single_process_is_the_chief_and_writes_into_model_dir(tmp_path, two_cpu_strategy):
     for strategy in (None, two_cpu_strategy):
         assert is_chief(strategy) and write_dir(str(tmp_path), strategy) == str(tmp_path)
@@ -66,6 +69,7 @@ def first_ids(pipeline, context, count):
             return ids[:count]
 
 
+@pytest.mark.quick
 def test_workers_read_different_records_of_a_single_file(tmp_path):
     # One file, two workers: the file cannot be split, so each worker keeps every
     # other record (DATA sharding); shuffled, augmented training pipelines.
@@ -198,6 +202,7 @@ def read_checkpoint(prefix):
     return {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()}
 
 
+@pytest.mark.xdist_group("multi-worker-training")  # Long: apart from its file.
 def test_two_loopback_workers_train_like_one_process_write_only_the_chiefs_files_and_resume(
         tmp_path):
     pair_dir, single_dir = str(tmp_path / "pair"), str(tmp_path / "single")
@@ -296,6 +301,7 @@ def assert_recovered_once(process):
     return values
 
 
+@pytest.mark.xdist_group("multi-worker-nan-recovery")  # Long: apart from its file.
 def test_two_loopback_workers_recover_from_a_nan_step_together(tmp_path):
     pair_dir, single_dir = str(tmp_path / "pair"), str(tmp_path / "single")
     processes = []

@@ -257,6 +257,7 @@ def test_float16_skipped_steps_are_not_nan_events(dataset):
     assert np.isfinite(history.history["gradient_norm"][0])
 
 
+@pytest.mark.quick
 def test_guard_stops_other_models_on_a_nan_loss():
     model = keras.Sequential([keras.layers.Dense(1, input_shape=(2,))])
     model.compile(optimizer="sgd", loss="mse")
@@ -266,6 +267,7 @@ def test_guard_stops_other_models_on_a_nan_loss():
                   callbacks=[NaNGuard()])
 
 
+@pytest.mark.quick
 def test_scaled_schedule_multiplies_and_serializes():
     inner = CosineDecaySchedule(peak_lr=0.1, warmup_init_lr=0.01, warmup_steps=10,
                                 total_steps=100)
@@ -288,6 +290,7 @@ def test_cli_reports_the_error_in_one_line():
     assert exited.value.code == "efficientdet-train: non-finite loss at step 5 (epoch 1): loss=nan"
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("override, message", [
     ("nan_recovery_attempts=-1", "nan_recovery_attempts must be a non-negative integer"),
     ("nan_recovery_lr_factor=1.0", "nan_recovery_lr_factor must be a number in \\(0, 1\\)")])

@@ -168,6 +168,7 @@ def test_matching_pairs_ties_by_score_and_nothing_else():
     assert (moved["unmatched"], moved["tied"]) == (2, 0)
 
 
+@pytest.mark.quick
 def test_soft_nms_and_bad_opsets_are_refused_in_one_line(tmp_path, monkeypatch):
     model = EfficientDetNet(config=tiny_config())  # Refused before anything is built.
     assert model.config.nms_configs.method == "gaussian"  # The package's default.
@@ -233,6 +234,7 @@ def test_export_command_writes_the_file_and_prints_the_parity_check(exported, tm
         assert json.load(f)["label_map"] == {str(k): v for k, v in LABEL_MAP.items()}
 
 
+@pytest.mark.quick
 def test_detector_runs_the_file_as_the_model_detects(exported, monkeypatch):
     model, path, root = exported
     detector = Detector(path)

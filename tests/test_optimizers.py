@@ -14,6 +14,8 @@ from efficientdet_keras.training.optimizers import (
     PolynomialSchedule, StepwiseSchedule, clip_gradients, get_optimizer, learning_rate_schedule,
     scaled_learning_rates)
 
+pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
+
 PEAK, INIT = 0.08, 0.008
 WARMUP, TOTAL, FIRST_DROP, SECOND_DROP, POWER = 10, 100, 60, 85, 0.9
 # Start, mid-warmup, end of warmup, decay points, total, beyond total.

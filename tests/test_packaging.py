@@ -57,6 +57,7 @@ def test_checkout_hparams_is_the_packaged_folder():
     assert sorted(os.listdir(HPARAMS_DIR)) == sorted(PACKAGED_FILES)
 
 
+@pytest.mark.quick
 def test_bare_name_means_the_packaged_file_unless_the_working_directory_has_one(
         tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

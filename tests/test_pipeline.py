@@ -41,6 +41,7 @@ def test_tfrecord_coco_and_records_sources_agree(tmp_path):
     assert make_source(coco_json=str(coco_json), image_dir=str(tmp_path)).records[0].image_id == 100
 
 
+@pytest.mark.quick
 def test_eval_resize_pad_and_normalise(tmp_path):
     box = [30, 40, 90, 120]
     path = write_image(str(tmp_path / "a.png"), bright_box_image(120, 160, box), "png")
@@ -80,6 +81,7 @@ def test_eval_stretch_resizes_each_axis_alone(tmp_path):
     assert train_labels["image_scales"].shape == (2, 2)
 
 
+@pytest.mark.quick
 def test_training_augmentation_keeps_boxes_on_their_objects(tmp_path):
     records = make_records(str(tmp_path), count=4)
     cfg = config(jitter_min=0.5, jitter_max=1.5, mean_rgb=[0.0], stddev_rgb=[255.0])
@@ -192,6 +194,7 @@ def test_more_instances_than_the_maximum_keeps_the_first(tmp_path, capfd):
     assert "five.jpg" not in warnings
 
 
+@pytest.mark.quick
 def test_pattern_matching_nothing_names_the_pattern(tmp_path):
     with pytest.raises(FileNotFoundError, match="nothing-here"):
         TFRecordSource(str(tmp_path / "nothing-here-*.tfrecord"))
@@ -335,6 +338,7 @@ def test_mosaic_closed_for_all_epochs_or_after_a_resume_makes_none(tmp_path):
         np.testing.assert_array_equal(a[1]["groundtruth_boxes"], b[1]["groundtruth_boxes"])
 
 
+@pytest.mark.quick
 def test_mosaic_close_epochs_needs_steps_per_epoch(tmp_path):
     records = solid_colour_records(tmp_path, [(64, 64)])
     with pytest.raises(ValueError, match="mosaic_close_epochs=2 needs steps_per_epoch"):
@@ -342,6 +346,7 @@ def test_mosaic_close_epochs_needs_steps_per_epoch(tmp_path):
                       is_training=True)
 
 
+@pytest.mark.quick
 def test_mixup_blends_each_image_with_the_one_before(tmp_path):
     records = solid_colour_records(tmp_path, [(64, 64), (64, 64)])
     pipeline = InputPipeline(mixing_config(mixup=1.0), RecordsSource(records), is_training=True,
@@ -360,6 +365,7 @@ def test_mixup_blends_each_image_with_the_one_before(tmp_path):
         assert first == second or 0.3 < weight < 0.7
 
 
+@pytest.mark.quick
 def test_policy_keys_reach_autoaugment_and_randaugment(tmp_path):
     image = tf.constant(bright_box_image(48, 64, [8, 8, 40, 30]))
     boxes = tf.constant([[8 / 48, 8 / 64, 40 / 48, 30 / 64]])

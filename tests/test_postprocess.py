@@ -7,6 +7,8 @@ from efficientdet_keras.detection.anchors import Anchors, encode_boxes
 from efficientdet_keras.detection.postprocess import (Detections, batched_nms, postprocess_detections,
                                             to_coco_rows)
 
+pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
+
 
 def iou_one(a, b):
     ih = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))

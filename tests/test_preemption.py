@@ -82,6 +82,7 @@ def assert_same_state(got, want):
         np.testing.assert_array_equal(got_value, want_value)
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_during_a_step_backs_that_step_up_and_the_restart_loses_nothing(
         tmp_path, signum):
@@ -123,6 +124,7 @@ def test_a_signal_at_the_epochs_end_stops_after_its_evaluation_and_backup(tmp_pa
     assert_same_state(resumed, reference)
 
 
+@pytest.mark.quick
 def test_a_second_ctrl_c_raises_keyboard_interrupt_at_once_and_keeps_the_last_backup(tmp_path):
     model_dir = str(tmp_path / "run")
     with python_default_handlers(), pytest.raises(KeyboardInterrupt):
@@ -143,6 +145,7 @@ class SwallowingSender(SignalSender):
             self.swallowed = True
 
 
+@pytest.mark.quick
 def test_a_second_ctrl_c_whose_keyboard_interrupt_was_lost_still_ends_fit(tmp_path):
     model_dir = str(tmp_path / "run")
     sender = SwallowingSender([signal.SIGINT], at_step=3)
@@ -195,6 +198,7 @@ def test_outside_the_main_thread_no_handler_is_set_and_a_warning_says_so(caplog)
 STOPPED_LINE = re.compile(r"efficientdet-train: stopped by (SIG\w+) after step (\d+)")
 
 
+@pytest.mark.xdist_group("signals-at-random-moments")  # Long: apart from its file.
 @pytest.mark.slow
 def test_sigterm_and_ctrl_c_at_random_moments_lose_no_step(tmp_path):
     from benchmarks.kill_harness import (RESUMED_STEP, TrainProcess,
@@ -264,6 +268,7 @@ def test_sigterm_and_ctrl_c_at_random_moments_lose_no_step(tmp_path):
     assert '"1"' in metrics and '"2"' in metrics
 
 
+@pytest.mark.xdist_group("sigterm-to-one-worker")  # Long: apart from its file.
 @pytest.mark.slow
 def test_a_sigterm_to_one_worker_stops_both_at_the_same_step_and_both_resume(tmp_path):
     from benchmarks.kill_harness import FINISHED_STEP

@@ -161,6 +161,7 @@ def test_checkpoint_of_another_model_is_an_error_naming_it(d0_and_d1_checkpoints
         restore_ckpt(d1, paths[D0])
 
 
+@pytest.mark.quick
 def test_allow_partial_keeps_what_fits(d0_and_d1_checkpoints):
     models, paths = d0_and_d1_checkpoints
     d0 = EfficientDetNet(config=tiny_config(D0))

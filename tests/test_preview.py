@@ -65,6 +65,7 @@ def test_image_grid_places_tiles_left_to_right_then_down():
         image_grid([tiles[0], np.zeros([7, 8, 3], np.uint8)])
 
 
+@pytest.mark.quick
 def test_preview_tiles_show_the_images_and_boxes_the_pipeline_gives(records):
     """Augmentation off: each tile is one training image at 128 px (scale 0.8) with its ground
     truth drawn where the records put it, in the class colours; padding is the mean colour."""

@@ -34,6 +34,7 @@ def config_with(prune):
     return config
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("prune, message", [
     ({"target_sparsity": 0.5}, "model_optimizations.prune.end_step must be given"),
     ({"end_step": 10, "sparsity": 0.5}, "model_optimizations.prune.sparsity is not a pruning"),
@@ -64,6 +65,7 @@ def test_settings_defaults_and_hparams_string():
     assert constant["end_step"] == -1  # tfmot: prune until training ends.
 
 
+@pytest.mark.quick
 def test_wrapped_weights_are_those_tfmot_prunes():
     """Our table of pruned weights agrees with tfmot's registry (read through its own
     prune_low_magnitude), and the layers it prunes nothing of stay unwrapped."""
@@ -241,6 +243,7 @@ class Nested(keras.Model):
         return self.inner(x, training=training)
 
 
+@pytest.mark.quick
 def test_mask_update_once_per_step_in_a_tf_function():
     from efficientdet_keras.optimization.pruning_keras import update_masks
     model = Nested(dict(PRUNE, keep_dense=None, end_step=2, initial_sparsity=0.25))

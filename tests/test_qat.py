@@ -198,6 +198,7 @@ def test_int8_export_uses_learned_ranges_and_matches_fake_quantized_outputs(trai
     assert np.percentile(steps["box_outputs"], 90) <= 30
 
 
+@pytest.mark.quick
 def test_int8_export_of_a_swish_qat_model_is_refused_with_the_reason(tmp_path):
     from efficientdet_keras.export.tflite import export_tflite
     config = tiny_config("efficientdet-d0", image_size=64, **SHALLOW,

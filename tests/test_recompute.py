@@ -87,6 +87,7 @@ def test_checkpointed_backbone_under_two_replicas(two_cpu_strategy):
         np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.quick
 def test_recomputed_block_reuses_the_drop_connect_mask():
     backbone, _ = _backbone(False)
     block = backbone.blocks[2]  # 24 -> 24 channels, stride 1: it has the residual.

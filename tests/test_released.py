@@ -29,6 +29,7 @@ PUBLISHED_BASE = "https://storage.googleapis.com/cloud-tpu-checkpoints/"
 
 
 # --- the registry and the class names ----------------------------------------------------
+@pytest.mark.quick
 def test_registry_has_every_model_and_its_backbone():
     for name in MODEL_NAMES:
         entry = RELEASED_CHECKPOINTS[name]
@@ -169,6 +170,7 @@ def test_no_network_is_one_line_naming_model_address_and_cache(tmp_path):
     assert _cache_leftovers(cache) == []
 
 
+@pytest.mark.quick
 def test_a_silent_server_times_out(tmp_path):
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -223,6 +225,7 @@ def test_two_processes_download_once(published, tmp_path):
     assert sum("Downloading data from" in out for out, _ in outputs) == 1
 
 
+@pytest.mark.quick
 def test_a_path_wins_over_a_name(tmp_path, monkeypatch, reference_dir):
     monkeypatch.chdir(tmp_path)
     shutil.copytree(reference_dir("efficientdet-lite0"), tmp_path / "efficientdet-d0")
@@ -284,6 +287,7 @@ def test_load_backbone_by_name(served_models, reference_dir):
         model.load_backbone("efficientdet-d0")
 
 
+@pytest.mark.quick
 def test_detector_by_name_has_coco_class_names(served_models):
     from efficientdet_keras import Detector
     detector = Detector("efficientdet-lite0")

@@ -67,6 +67,7 @@ def fit(model_dir, steps_per_execution, interrupter):
     return model
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("steps_per_execution", [1, 2])
 def test_an_interrupted_fit_resumes_at_the_step_with_everything_it_had(tmp_path,
                                                                        steps_per_execution):
@@ -97,6 +98,7 @@ def test_an_interrupted_fit_resumes_at_the_step_with_everything_it_had(tmp_path,
     assert again.started_at is None and again.ended_epochs == []
 
 
+@pytest.mark.quick
 def test_disk_full_during_a_backup_is_one_error_naming_the_folder_and_keeps_the_last(
         tmp_path, monkeypatch):
     model_dir = str(tmp_path / "run")
@@ -116,6 +118,7 @@ def test_disk_full_during_a_backup_is_one_error_naming_the_folder_and_keeps_the_
     assert latest_backup_step(model_dir) == 2  # The last good backup is still there.
 
 
+@pytest.mark.quick
 def test_leftovers_of_killed_backup_writes_are_removed(tmp_path):
     folder = tmp_path / "backup" / "chief"
     folder.mkdir(parents=True)

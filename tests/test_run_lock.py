@@ -22,6 +22,9 @@ TRAIN_TOOL = os.path.join(REPO_ROOT, "tools", "train.py")
 HOLDER = """
 import sys, time
 from efficientdet_keras.utils.run_lock import RunDirectoryInUse, RunLock
+
+pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
+
 if len(sys.argv) > 3:  # A start time: several holders race for the lock.
     time.sleep(max(0.0, float(sys.argv[3]) - time.time()))
 try:

@@ -51,6 +51,7 @@ def scored_case():
     return evaluator
 
 
+@pytest.mark.quick
 def test_pr_curves_are_pycocotools_precision_at_iou_half(tmp_path):
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
@@ -102,6 +103,7 @@ def run_epochs(model_dir, epochs_and_logs, plots=True):
     return read_results(os.path.join(model_dir, "results.csv"))
 
 
+@pytest.mark.quick
 def test_results_csv_rows_columns_and_resume(tmp_path):
     model_dir = str(tmp_path)
     columns, rows = run_epochs(model_dir, [(0, train_logs(4.0, 0.01)),
@@ -242,6 +244,7 @@ def test_fit_leaves_best_and_last_for_the_next_command(fitted_run):
 
 # --- best and last ----------------------------------------------------------------------------
 
+@pytest.mark.quick
 def test_best_and_last_survive_rotation_and_are_not_listed(tmp_path, fitted_run):
     from efficientdet_keras.evaluation.continuous import list_checkpoints
     from efficientdet_keras.training.checkpoint_callbacks import CheckpointCallback

@@ -17,6 +17,7 @@ def read_hparams(name):
         return yaml.safe_load(f)
 
 
+@pytest.mark.quick
 def test_the_demo_settings_are_the_short_run_preset_plus_its_dataset_without_renorm():
     preset, demo = read_hparams("short_run.yaml"), read_hparams("demo.yaml")
     assert preset.pop("batch_norm_renorm") is True and "batch_norm_renorm" not in demo
@@ -25,6 +26,7 @@ def test_the_demo_settings_are_the_short_run_preset_plus_its_dataset_without_ren
                                        "num_epochs", "steps_per_epoch"}
 
 
+@pytest.mark.quick
 def test_renorm_layers_only_where_the_config_asks_for_them():
     from efficientdet_keras.model.layers import batch_norm
     config, style = short_run_config("glyphs")

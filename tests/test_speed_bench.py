@@ -79,6 +79,7 @@ print("checked")
 """
 
 
+@pytest.mark.quick
 def test_child_output_and_ratio_formatting():
     result = subprocess.run([sys.executable, "-c", PARSING_CHECKS], capture_output=True,
                             text=True, cwd=REPO_ROOT, timeout=300)
@@ -127,6 +128,7 @@ print("checked")
 """
 
 
+@pytest.mark.quick
 def test_rounds_alternate_the_paths_and_the_table_gives_medians_and_ratio_ranges():
     result = subprocess.run([sys.executable, "-c", ROUNDS_CHECKS], capture_output=True,
                             text=True, cwd=REPO_ROOT, timeout=300)

@@ -15,6 +15,8 @@ from efficientdet_keras.data.synthetic import (MAX_OBJECTS, SYNTHETIC_LABEL_MAP,
                                                shape_mask, write_synthetic_dataset)
 from benchmarks.synthetic_glyphs import GLYPHS, GLYPHS_LABEL_MAP, glyph_mask, striped_fill
 
+pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
+
 
 def boxes_intersect(a, b):
     return min(a[2], b[2]) > max(a[0], b[0]) and min(a[3], b[3]) > max(a[1], b[1])

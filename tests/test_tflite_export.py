@@ -92,6 +92,7 @@ def test_detections_match_the_saved_model(lite0):
     assert result.measured["compared"] >= 3, result.summary  # Scores above 0.3 were compared.
 
 
+@pytest.mark.quick
 def test_float16_halves_the_file_and_stays_close_to_float32(lite0, workdir):
     model, float_path = lite0
     path = tflite.export_tflite(model, str(workdir / "lite0-fp16.tflite"), quantization="FP16",

@@ -355,6 +355,7 @@ def test_python_detector_on_tflite_files(exported):
     assert timing.network.median_ms > 0 and timing.end_to_end.median_ms > 0
 
 
+@pytest.mark.quick
 def test_clear_errors(tmp_path, monkeypatch):
     missing = str(tmp_path / "none.tflite")
     with pytest.raises(FileNotFoundError, match="none.tflite: no such .tflite file"):

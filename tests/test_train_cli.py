@@ -50,6 +50,7 @@ def test_unwritable_model_dir(data, tmp_path):
     assert "--model_dir" in result.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.quick
 def test_batch_must_divide_among_replicas():
     from efficientdet_keras.training.runtime import check_batch_divisible
     check_batch_divisible(8, 2)
@@ -112,6 +113,7 @@ def test_steps_per_epoch_from_hparams_is_honoured_and_deterministic_runs_match(d
                                           err_msg=key)
 
 
+@pytest.mark.quick
 def test_a_deterministic_training_run_without_a_seed_takes_seed_0(tmp_path):
     from efficientdet_keras.data.sources import RecordsSource
     from efficientdet_keras.training.run import TrainingRun

@@ -53,6 +53,7 @@ def model_starting_at(config, values=None):
     return model, [v.numpy() for v in model.variables]
 
 
+@pytest.mark.quick
 def test_compile_builds_optimizer_and_schedule_from_config():
     model = EfficientDetNetTrain(small_config())
     model.compile(steps_per_epoch=10)
@@ -69,6 +70,7 @@ def test_compile_builds_optimizer_and_schedule_from_config():
         EfficientDetNetTrain(small_config()).compile()
 
 
+@pytest.mark.quick
 def test_l2_covers_conv_kernels_of_trained_variables_only():
     model = EfficientDetNetTrain(small_config(var_freeze_expr="efficientnet", weight_decay=1e-3))
     trained = model.variables_to_train
@@ -186,6 +188,7 @@ def test_fit_and_evaluate_run_with_the_grappler_passes_off_and_the_same_results(
         np.testing.assert_allclose(ours[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
 
 
+@pytest.mark.quick
 def test_grappler_off_auto_and_bad_names():
     from efficientdet_keras import get_efficientdet_config
     assert resolve_passes("auto") == CPU_PASSES_OFF  # This machine has no GPU or TPU.
@@ -257,6 +260,7 @@ def test_xla_and_steps_per_execution_from_config(data):
     assert np.isfinite(history.history["loss"][0]) and int(model.optimizer.iterations) == 4
 
 
+@pytest.mark.quick
 def test_ema_follows_the_warmup_rule():
     layer = keras.layers.Dense(2)
     model = keras.Sequential([layer])

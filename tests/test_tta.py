@@ -16,6 +16,8 @@ from efficientdet_keras.detection.tta import check_tta, merge_flipped, mirror_bo
 from efficientdet_keras.evaluation import COCOEvaluator
 from efficientdet_keras.evaluation.runner import evaluate_dataset, flip_tta_fns
 
+pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
+
 # The reference implementation's case (google/automl, efficientdet/tf2/postprocess_test.py):
 # its detections as rows [xmin, ymin, xmax, ymax] of images 8 and 16 px wide, as found, and
 # the same outputs post-processed as those of mirrored images (generate_detections(flip=True)).

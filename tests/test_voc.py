@@ -7,6 +7,8 @@ import tensorflow as tf
 
 from efficientdet_keras.data.voc import VOC_LABEL_MAP, load_voc_records
 
+pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
+
 # id -> (height, width, [(name, xmin, ymin, xmax, ymax, difficult)]), in VOC's 1-based pixels;
 # an object may add a dict of further tags ({"truncated": 1, "pose": "Left"}).
 # The split file lists them in this (unsorted) order.
