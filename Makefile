@@ -12,9 +12,9 @@ CLIENTS := .venv-clients
 CLIENTS_STAMP := $(CLIENTS)/.installed-stamp
 PYTEST_ARGS ?=
 
-# Two workers; each takes whole groups (a test file, or tests marked with one xdist_group), the
-# longest first by tests/durations.json (tests/scheduling.py).
-PYTEST := $(BIN)/python -m pytest -q -ra -n 2 --dist loadgroup --no-loadscope-reorder
+# Two workers; each takes whole groups (a test file, or a test class), the longest first by
+# tests/durations.json (tests/scheduling.py).
+PYTEST := $(BIN)/python -m pytest -q -ra -n 2 --dist loadscope --no-loadscope-reorder
 
 .PHONY: demo test test-quick profile install clean bench docs
 

@@ -10,8 +10,7 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from helpers import REFERENCE_DIR  # noqa: E402
-from scheduling import (DurationRecorder, costliest_groups_first, load_durations,  # noqa: E402
-                        mark_groups)
+from scheduling import DurationRecorder, costliest_groups_first, load_durations  # noqa: E402
 
 # Two logical CPUs, so tf.distribute.MirroredStrategy tests run on this machine.
 # Must happen before TensorFlow initialises its runtime, hence here.
@@ -21,8 +20,8 @@ tf.config.set_logical_device_configuration(
 
 def pytest_addoption(parser):
     parser.addoption("--write-durations", metavar="PATH", default="",
-                     help="Write each xdist group's seconds to PATH as JSON and print the "
-                          "time by file (make profile).")
+                     help="Write each group's seconds (a test file or class, see "
+                          "scheduling.py) to PATH as JSON and print them (make profile).")
 
 
 class _CostliestGroupsFirst:
@@ -36,12 +35,6 @@ def pytest_configure(config):
     if config.getoption("write_durations"):
         config.pluginmanager.register(DurationRecorder(config.getoption("write_durations")),
                                       "duration-recorder")
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items):
-    """Before xdist reads the groups (scheduling.py)."""
-    mark_groups(items)
 
 
 @pytest.fixture(autouse=True)

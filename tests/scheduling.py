@@ -1,12 +1,11 @@
 """How the suite's tests are shared between pytest-xdist workers: in groups, the costliest first.
 
-A group is what one worker runs from start to end: by default a test file (its module
-fixtures are then built once), or what a test names with `@pytest.mark.xdist_group(name)`
-(a long test that should not hold up the rest of its file, the steps of one docs page that
-build on each other). `make test` runs with `--dist loadgroup --no-loadscope-reorder`, so
-workers take the groups in the order this module puts them: longest first by the last
-profile's times (tests/durations.json), which keeps both cores busy to the end.
-`make profile` rewrites that file.
+A group is what one worker runs from start to end: a test file (its module fixtures are then
+built once), or a test class, for tests that must not wait for the rest of their file (a long
+multi-process test) or that build on each other (the steps of one docs page). `make test` runs
+with `--dist loadscope --no-loadscope-reorder`, so the workers take the groups in the order this
+module gives them: longest first by the last profile's times (tests/durations.json), which keeps
+both cores busy to the end. `make profile` rewrites that file.
 """
 
 import json
@@ -17,33 +16,12 @@ from typing import Dict, List
 import pytest
 
 DURATIONS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "durations.json")
-GROUP_MARK = "xdist_group"
 
 
-def group_of(item: pytest.Item) -> str:
-    """The group an item runs in: its own xdist_group mark, else its test file."""
-    mark = item.get_closest_marker(GROUP_MARK)
-    if mark is not None:
-        return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
-    return file_group(item.nodeid)
-
-
-def file_group(nodeid: str) -> str:
-    """"tests/test_x.py::test_y[a]" -> "test_x": a file's default group."""
-    return os.path.splitext(os.path.basename(nodeid.split("::")[0]))[0]
-
-
-def report_group(nodeid: str) -> str:
-    """The group of a test report: loadgroup appends "@group" to the ids it schedules."""
-    test_id = nodeid.split("::", 1)[-1]
-    return test_id.rsplit("@", 1)[1] if "@" in test_id else file_group(nodeid)
-
-
-def mark_groups(items: List[pytest.Item]) -> None:
-    """Gives every unmarked item its file's group, so loadgroup keeps files together."""
-    for item in items:
-        if item.get_closest_marker(GROUP_MARK) is None:
-            item.add_marker(pytest.mark.xdist_group(file_group(item.nodeid)))
+def group_of(nodeid: str) -> str:
+    """"tests/test_x.py::test_y[a]" -> "tests/test_x.py"; "tests/test_x.py::TestZ::test_y" ->
+    "tests/test_x.py::TestZ": the scope xdist's loadscope sends to one worker."""
+    return nodeid.split("[", 1)[0].rsplit("::", 1)[0]
 
 
 def load_durations(path: str = DURATIONS_PATH) -> Dict[str, float]:
@@ -60,25 +38,25 @@ def costliest_groups_first(items: List[pytest.Item],
     default = statistics.median(durations.values()) if durations else 0.0
     first_seen: Dict[str, int] = {}
     for index, item in enumerate(items):
-        first_seen.setdefault(group_of(item), index)
-    return sorted(items, key=lambda item: (-durations.get(group_of(item), default),
-                                           first_seen[group_of(item)]))
+        first_seen.setdefault(group_of(item.nodeid), index)
+
+    def key(item):
+        group = group_of(item.nodeid)
+        return -durations.get(group, default), first_seen[group]
+    return sorted(items, key=key)
 
 
 class DurationRecorder:
     """Adds up each group's setup, call and teardown seconds; writes them as JSON and prints
-    the groups and files by time at the end of the run (`make profile`)."""
+    the groups by time at the end of the run (`make profile`)."""
 
     def __init__(self, path: str):
         self.path = path
         self.groups: Dict[str, float] = {}
-        self.files: Dict[str, float] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        group = report_group(report.nodeid)
+        group = group_of(report.nodeid)
         self.groups[group] = self.groups.get(group, 0.0) + report.duration
-        name = report.nodeid.split("::")[0]
-        self.files[name] = self.files.get(name, 0.0) + report.duration
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if hasattr(session.config, "workerinput"):  # Only the controller sees every report.
@@ -91,8 +69,8 @@ class DurationRecorder:
         if hasattr(terminalreporter.config, "workerinput"):
             return
         write = terminalreporter.write_line
-        total = sum(self.files.values())
-        terminalreporter.section("time by file (setup + call + teardown, summed over workers)")
-        for name, seconds in sorted(self.files.items(), key=lambda kv: -kv[1]):
+        total = sum(self.groups.values())
+        terminalreporter.section("time by group (setup + call + teardown, both workers)")
+        for name, seconds in sorted(self.groups.items(), key=lambda kv: -kv[1]):
             write("%8.1f s  %5.1f%%  %s" % (seconds, 100 * seconds / max(total, 1e-9), name))
-        write("%8.1f s  total; group times written to %s" % (total, self.path))
+        write("%8.1f s  in all; written to %s" % (total, self.path))

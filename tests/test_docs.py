@@ -73,11 +73,6 @@ TINY_DEMO = ("efficientdet-train --demo --demo_images=8 --num_epochs=1 "
 README_MAX_LINES = 215
 
 
-def on_page_worker(page, *values, id):
-    """A test parameter that runs with the rest of its page, on one worker, in page order."""
-    return pytest.param(*values, id=id, marks=pytest.mark.xdist_group("docs:" + page))
-
-
 def _link(target, link):
     os.makedirs(os.path.dirname(link), exist_ok=True)
     os.symlink(os.path.realpath(target), link)
@@ -162,7 +157,7 @@ def page_sandboxes():
 @pytest.fixture
 def sandbox(request, project, page_sandboxes, tmp_path_factory):
     """The page's own copy of the project: what its commands write stays on the page."""
-    page = request.node.get_closest_marker("xdist_group").args[0]
+    page = request.cls.page
     if page not in page_sandboxes:
         folder = tmp_path_factory.mktemp(re.sub(r"\W+", "-", page))
         shutil.rmtree(folder)
@@ -245,8 +240,7 @@ def run_dir_patterns():
             if line.strip() and not line.startswith(" ")]
 
 
-@pytest.mark.xdist_group("docs:" + WORKED_EXAMPLE[0])  # Its page's later steps use its run.
-def test_worked_example_runs_as_written(sandbox):
+def worked_example_runs_as_written(sandbox):
     """Runs the example's commands in order and checks that the run directory holds only
     files the guide explains, and every one it promises."""
     commands = [c for b in EXAMPLE_BLOCKS if b.language == "sh" for c in b.commands()]
@@ -272,12 +266,7 @@ def test_exemptions_name_readme_commands():
         assert any(c.startswith(start) for _, _, c in COMMANDS), start
 
 
-@pytest.mark.parametrize("block, index, command", [
-    on_page_worker(block.page, block, index, command,
-                   id="%s-line%d%s" % (block.page, block.line,
-                                       "" if index is None else "-%d" % index))
-    for block, index, command in STEPS])
-def test_page_runs_as_written(block, index, command, sandbox, page_namespaces, monkeypatch):
+def page_runs_as_written(block, index, command, sandbox, page_namespaces, monkeypatch):
     """A page's snippets and commands, one after another as the page has them."""
     monkeypatch.chdir(sandbox)
     if command is None:
@@ -285,6 +274,33 @@ def test_page_runs_as_written(block, index, command, sandbox, page_namespaces, m
     else:
         result = _run_command(command, sandbox)
         assert result.stdout.strip() or result.stderr.strip()
+
+
+def page_test_class(page):
+    """The tests of one page: a class, so that one worker runs them, in the page's order
+    (scheduling.py). The worked example comes first on its page: later steps use its run."""
+    steps = [pytest.param(block, index, command, id="line%d%s" % (
+        block.line, "" if index is None else "-%d" % index))
+        for block, index, command in STEPS if block.page == page]
+    def test_worked_example_runs_as_written(self, sandbox):
+        worked_example_runs_as_written(sandbox)
+
+    @pytest.mark.parametrize("block, index, command", steps)
+    def test_runs_as_written(self, block, index, command, sandbox, page_namespaces, monkeypatch):
+        page_runs_as_written(block, index, command, sandbox, page_namespaces, monkeypatch)
+
+    methods = {"page": page}
+    if page == WORKED_EXAMPLE[0]:
+        methods["test_worked_example_runs_as_written"] = test_worked_example_runs_as_written
+    methods["test_runs_as_written"] = test_runs_as_written
+    name = "Test" + "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+",
+                                                                    page[:-len(".md")]))
+    return name, type(name, (), methods)
+
+
+for _page in dict.fromkeys(block.page for block, _, _ in STEPS):
+    _name, _cls = page_test_class(_page)
+    globals()[_name] = _cls
 
 
 @pytest.mark.quick

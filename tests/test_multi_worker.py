@@ -202,63 +202,69 @@ def read_checkpoint(prefix):
     return {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()}
 
 
-@pytest.mark.xdist_group("multi-worker-training")  # Long: apart from its file.
-def test_two_loopback_workers_train_like_one_process_write_only_the_chiefs_files_and_resume(
-        tmp_path):
-    pair_dir, single_dir = str(tmp_path / "pair"), str(tmp_path / "single")
-    single = TrainProcess(train_command(single_dir))
-    workers = start_workers(pair_dir)
-    # Killed together (SIGKILL) once the chief has backed up step 1.
-    backed_up = workers[0].wait_for(re.compile(r"Backed up step 1\b"), 900)
-    for worker in workers:
-        worker.kill()
-    assert backed_up, workers[0].output()
-    resume_step = latest_backup_step(pair_dir)
-    assert resume_step == 1, workers[0].output()
+class TestTwoWorkersTraining:
+    """A class of its own: a long test, run apart from its file (scheduling.py)."""
 
-    workers = start_workers(pair_dir)
-    wait_all(workers + [single], 900)
-    for worker in workers:  # Both went on from the chief's backup, to the last step.
-        assert worker.resumed_step() == resume_step, worker.output()
-        assert worker.finished_steps() == TOTAL_STEPS, worker.output()
-    assert latest_backup_step(pair_dir) == TOTAL_STEPS
+    def test_two_loopback_workers_train_like_one_process_write_only_the_chiefs_files_and_resume(
+            self, tmp_path):
+        pair_dir, single_dir = str(tmp_path / "pair"), str(tmp_path / "single")
+        single = TrainProcess(train_command(single_dir))
+        workers = start_workers(pair_dir)
+        # Killed together (SIGKILL) once the chief has backed up step 1.
+        backed_up = workers[0].wait_for(re.compile(r"Backed up step 1\b"), 900)
+        for worker in workers:
+            worker.kill()
+        assert backed_up, workers[0].output()
+        resume_step = latest_backup_step(pair_dir)
+        assert resume_step == 1, workers[0].output()
 
-    # The same weights and averages as one process on the same global batches.
-    got, want = (read_checkpoint(os.path.join(d, "last")) for d in (pair_dir, single_dir))
-    assert sorted(got) == sorted(want) and any(k.endswith("ExponentialMovingAverage") for k in got)
-    # atol 3e-6: the all-reduced moving means (~1e-3) differ from one process's by float
-    # rounding that depends on thread counts (1.5e-6 seen); unsynchronised BatchNorm or a
-    # lost step differs by orders of magnitude more.
-    for key in want:
-        np.testing.assert_allclose(got[key], want[key], rtol=1e-4, atol=3e-6, err_msg=key)
-    # The logged training values are counted once, not added up over the two workers: the
-    # learning rate of the last step exactly; the epoch's mean loss only roughly, since the
-    # pair's mean covers the step after its resume alone (added up, it would be twice).
-    logged = [list(csv.DictReader(open(os.path.join(d, "results.csv"))))[-1]
-              for d in (pair_dir, single_dir)]
-    np.testing.assert_allclose(float(logged[0]["learning_rate"]),
-                               float(logged[1]["learning_rate"]), rtol=1e-6)
-    for name in ("loss", "det_loss"):
-        assert 0.9 < float(logged[0][name]) / float(logged[1][name]) < 1.1, (name, logged)
-    # The chief's evaluation equals the single process's.
-    metrics = [json.load(open(os.path.join(d, "coco_metrics.json")))["1"]
-               for d in (pair_dir, single_dir)]
-    assert sorted(metrics[0]) == sorted(metrics[1])
-    np.testing.assert_allclose([metrics[0][k] for k in sorted(metrics[1])],
-                               [metrics[1][k] for k in sorted(metrics[1])], rtol=1e-3, atol=1e-5)
+        workers = start_workers(pair_dir)
+        wait_all(workers + [single], 900)
+        for worker in workers:  # Both went on from the chief's backup, to the last step.
+            assert worker.resumed_step() == resume_step, worker.output()
+            assert worker.finished_steps() == TOTAL_STEPS, worker.output()
+        assert latest_backup_step(pair_dir) == TOTAL_STEPS
 
-    # Only the chief's files: the one-process layout, one TensorBoard file per chief start,
-    # and nothing left of worker 1's temporary folders (its own, and Keras' in backup/).
-    pair_files, single_files = files_under(pair_dir), files_under(single_dir)
-    assert not [f for f in pair_files if "workertemp" in f], pair_files
-    assert not [d for _, dirs, _ in os.walk(pair_dir) for d in dirs if "workertemp" in d]
-    assert {f.split(os.sep)[0] for f in pair_files} == {f.split(os.sep)[0] for f in single_files}
-    for name in ("config.yaml", "results.csv", "ckpt-1.index", "best.index",
-                 "backup/chief/checkpoint"):
-        assert name in pair_files, pair_files
-    assert [f for f in pair_files if f.startswith("eval_images/epoch-1/") and f.endswith(".png")]
-    assert len([f for f in pair_files if f.startswith("train/events.out")]) == 2, pair_files
-    assert RESUMED_STEP.search(workers[0].output(10**6))
+        # The same weights and averages as one process on the same global batches.
+        got, want = (read_checkpoint(os.path.join(d, "last")) for d in (pair_dir, single_dir))
+        assert sorted(got) == sorted(want)
+        assert any(k.endswith("ExponentialMovingAverage") for k in got)
+        # atol 3e-6: the all-reduced moving means (~1e-3) differ from one process's by float
+        # rounding that depends on thread counts (1.5e-6 seen); unsynchronised BatchNorm or a
+        # lost step differs by orders of magnitude more.
+        for key in want:
+            np.testing.assert_allclose(got[key], want[key], rtol=1e-4, atol=3e-6, err_msg=key)
+        # The logged training values are counted once, not added up over the two workers: the
+        # learning rate of the last step exactly; the epoch's mean loss only roughly, since the
+        # pair's mean covers the step after its resume alone (added up, it would be twice).
+        logged = [list(csv.DictReader(open(os.path.join(d, "results.csv"))))[-1]
+                  for d in (pair_dir, single_dir)]
+        np.testing.assert_allclose(float(logged[0]["learning_rate"]),
+                                   float(logged[1]["learning_rate"]), rtol=1e-6)
+        for name in ("loss", "det_loss"):
+            assert 0.9 < float(logged[0][name]) / float(logged[1][name]) < 1.1, (name, logged)
+        # The chief's evaluation equals the single process's.
+        metrics = [json.load(open(os.path.join(d, "coco_metrics.json")))["1"]
+                   for d in (pair_dir, single_dir)]
+        assert sorted(metrics[0]) == sorted(metrics[1])
+        np.testing.assert_allclose([metrics[0][k] for k in sorted(metrics[1])],
+                                   [metrics[1][k] for k in sorted(metrics[1])],
+                                   rtol=1e-3, atol=1e-5)
+
+        # Only the chief's files: the one-process layout, one TensorBoard file per chief start,
+        # and nothing left of worker 1's temporary folders (its own, and Keras' in backup/).
+        pair_files, single_files = files_under(pair_dir), files_under(single_dir)
+        assert not [f for f in pair_files if "workertemp" in f], pair_files
+        assert not [d for _, dirs, _ in os.walk(pair_dir) for d in dirs if "workertemp" in d]
+        assert {f.split(os.sep)[0] for f in pair_files} == \
+            {f.split(os.sep)[0] for f in single_files}
+        for name in ("config.yaml", "results.csv", "ckpt-1.index", "best.index",
+                     "backup/chief/checkpoint"):
+            assert name in pair_files, pair_files
+        assert [f for f in pair_files
+                if f.startswith("eval_images/epoch-1/") and f.endswith(".png")]
+        assert len([f for f in pair_files if f.startswith("train/events.out")]) == 2, pair_files
+        assert RESUMED_STEP.search(workers[0].output(10**6))
 
 
 # NaN recovery from a real divergence. The pair trains epoch 1 (steps 1-2, backed up at its
@@ -301,44 +307,49 @@ def assert_recovered_once(process):
     return values
 
 
-@pytest.mark.xdist_group("multi-worker-nan-recovery")  # Long: apart from its file.
-def test_two_loopback_workers_recover_from_a_nan_step_together(tmp_path):
-    pair_dir, single_dir = str(tmp_path / "pair"), str(tmp_path / "single")
-    processes = []
-    try:
-        processes = start_workers(pair_dir, flags=["--mode=train"])
-        wait_all(processes, 900)
-        assert latest_backup_step(pair_dir) == 2
-        shutil.copytree(pair_dir, single_dir)  # One process from the very same backup.
+class TestTwoWorkersNanRecovery:
+    """A class of its own: a long test, run apart from its file (scheduling.py)."""
 
-        diverging = dict(hparams=DIVERGING, flags=["--mode=train", "--overwrite_config"])
-        processes = start_workers(pair_dir, **diverging)
-        processes.append(TrainProcess(train_command(single_dir, **diverging)))
-        wait_all(processes, 900)
-    finally:  # A hang fails the wait; no process outlives the test.
-        for process in processes:
-            process.kill()
-    logged = [assert_recovered_once(process) for process in processes]
-    # The workers logged the same epoch.
-    assert logged[0] == logged[1], logged
+    def test_two_loopback_workers_recover_from_a_nan_step_together(self, tmp_path):
+        pair_dir, single_dir = str(tmp_path / "pair"), str(tmp_path / "single")
+        processes = []
+        try:
+            processes = start_workers(pair_dir, flags=["--mode=train"])
+            wait_all(processes, 900)
+            assert latest_backup_step(pair_dir) == 2
+            shutil.copytree(pair_dir, single_dir)  # One process from the very same backup.
 
-    # The chief's backup: step 4, after one recovery, at the scaled rate.
-    assert latest_backup_step(pair_dir) == 4
-    backup = read_checkpoint(tf.train.latest_checkpoint(os.path.join(pair_dir, "backup", "chief")))
-    assert backup["model/nan_recovery/lr_scale/.ATTRIBUTES/VARIABLE_VALUE"] == LR_FACTOR
-    assert backup["model/nan_recovery/recoveries/.ATTRIBUTES/VARIABLE_VALUE"] == 1
-    # Its final checkpoint is finite, and epoch 2 moved the weights at 0.01, not at 1e30.
-    got, epoch_1 = (read_checkpoint(os.path.join(pair_dir, name)) for name in ("last", "ckpt-1"))
-    assert not [k for k, v in got.items() if v.dtype.kind == "f" and not np.all(np.isfinite(v))]
-    want = read_checkpoint(os.path.join(single_dir, "last"))
-    assert sorted(got) == sorted(want)
-    trained = [k for k in got if not k.endswith("ExponentialMovingAverage") and "/moving_" not in k]
-    got_update, want_update = (np.concatenate([(c[k] - epoch_1[k]).ravel() for k in trained])
-                               for c in (got, want))
-    assert 0 < np.max(np.abs(got_update)) < 1, np.max(np.abs(got_update))
-    # Where one process that recovered from the same backup ends. At 0.01 from this backup
-    # the pair and one process differ by 0.2% of the update with or without a NaN step
-    # (float rounding: seen training both at 0.01 directly); a lost or an extra step changes
-    # the update by more than half.
-    gap = np.linalg.norm(got_update - want_update) / np.linalg.norm(want_update)
-    assert gap < 0.01, gap
+            diverging = dict(hparams=DIVERGING, flags=["--mode=train", "--overwrite_config"])
+            processes = start_workers(pair_dir, **diverging)
+            processes.append(TrainProcess(train_command(single_dir, **diverging)))
+            wait_all(processes, 900)
+        finally:  # A hang fails the wait; no process outlives the test.
+            for process in processes:
+                process.kill()
+        logged = [assert_recovered_once(process) for process in processes]
+        # The workers logged the same epoch.
+        assert logged[0] == logged[1], logged
+
+        # The chief's backup: step 4, after one recovery, at the scaled rate.
+        assert latest_backup_step(pair_dir) == 4
+        backup = read_checkpoint(tf.train.latest_checkpoint(
+            os.path.join(pair_dir, "backup", "chief")))
+        assert backup["model/nan_recovery/lr_scale/.ATTRIBUTES/VARIABLE_VALUE"] == LR_FACTOR
+        assert backup["model/nan_recovery/recoveries/.ATTRIBUTES/VARIABLE_VALUE"] == 1
+        # Its final checkpoint is finite, and epoch 2 moved the weights at 0.01, not at 1e30.
+        got, epoch_1 = (read_checkpoint(os.path.join(pair_dir, name))
+                        for name in ("last", "ckpt-1"))
+        assert not [k for k, v in got.items() if v.dtype.kind == "f" and not np.all(np.isfinite(v))]
+        want = read_checkpoint(os.path.join(single_dir, "last"))
+        assert sorted(got) == sorted(want)
+        trained = [k for k in got
+                   if not k.endswith("ExponentialMovingAverage") and "/moving_" not in k]
+        got_update, want_update = (np.concatenate([(c[k] - epoch_1[k]).ravel() for k in trained])
+                                   for c in (got, want))
+        assert 0 < np.max(np.abs(got_update)) < 1, np.max(np.abs(got_update))
+        # Where one process that recovered from the same backup ends. At 0.01 from this backup
+        # the pair and one process differ by 0.2% of the update with or without a NaN step
+        # (float rounding: seen training both at 0.01 directly); a lost or an extra step changes
+        # the update by more than half.
+        gap = np.linalg.norm(got_update - want_update) / np.linalg.norm(want_update)
+        assert gap < 0.01, gap

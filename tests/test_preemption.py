@@ -198,105 +198,110 @@ def test_outside_the_main_thread_no_handler_is_set_and_a_warning_says_so(caplog)
 STOPPED_LINE = re.compile(r"efficientdet-train: stopped by (SIG\w+) after step (\d+)")
 
 
-@pytest.mark.xdist_group("signals-at-random-moments")  # Long: apart from its file.
-@pytest.mark.slow
-def test_sigterm_and_ctrl_c_at_random_moments_lose_no_step(tmp_path):
-    from benchmarks.kill_harness import (RESUMED_STEP, TrainProcess,
-                                         kill_during_backup_write, kill_during_coco_evaluation,
-                                         read_every_checkpoint)
-    from test_resume import KILL_RUN, KILL_SEED, kill_run_command
-    rng = random.Random(KILL_SEED)
-    model_dir = str(tmp_path / "run")
-    command = kill_run_command(model_dir)
-    steps_per_epoch = KILL_RUN["steps_per_epoch"]
-    total_steps = steps_per_epoch * KILL_RUN["num_epochs"]
+class TestSignalsAtRandomMoments:
+    """A class of its own: a long test, run apart from its file (scheduling.py)."""
 
-    # 1: SIGTERM during the steps of epoch 1.
-    first = TrainProcess(command)
-    assert first.wait_for(re.compile(r"Finished step 2\b"), 400), first.output()
-    time.sleep(rng.uniform(0.0, 0.05))
-    first.stop(signal.SIGTERM)
-    codes = [first.wait(120)]
-    # 2: Ctrl-C a moment into the COCO evaluation after epoch 1.
-    second = TrainProcess(command)
-    assert kill_during_coco_evaluation(second, 400, rng.uniform(0.05, 0.3), signal.SIGINT), \
-        second.output()
-    codes.append(second.wait(120))
-    # 3: SIGTERM while a backup of a step of epoch 2 is being written.
-    third = TrainProcess(command)
-    assert kill_during_backup_write(third, model_dir, 400, after_step=steps_per_epoch,
-                                    signum=signal.SIGTERM), third.output()
-    codes.append(third.wait(120))
-    stopped = [first, second, third]
-    assert codes == [RESUMABLE_EXIT_STATUS] * 3, [p.output() for p in stopped]
+    @pytest.mark.slow
+    def test_sigterm_and_ctrl_c_at_random_moments_lose_no_step(self, tmp_path):
+        from benchmarks.kill_harness import (RESUMED_STEP, TrainProcess,
+                                             kill_during_backup_write, kill_during_coco_evaluation,
+                                             read_every_checkpoint)
+        from test_resume import KILL_RUN, KILL_SEED, kill_run_command
+        rng = random.Random(KILL_SEED)
+        model_dir = str(tmp_path / "run")
+        command = kill_run_command(model_dir)
+        steps_per_epoch = KILL_RUN["steps_per_epoch"]
+        total_steps = steps_per_epoch * KILL_RUN["num_epochs"]
 
-    # 4: two Ctrl-C during the steps: the second ends the process at once, without a backup.
-    fourth = TrainProcess(command)
-    assert fourth.wait_for(RESUMED_STEP, 400), fourth.output()
-    time.sleep(1.0)  # Past the start of fit: its handlers are set.
-    fourth.stop(signal.SIGINT)
-    # The second once the first has been handled: two signals that arrive while the main
-    # thread is inside a TensorFlow call reach Python as one.
-    assert fourth.wait_for(re.compile(r"SIGINT received"), 60), fourth.output()
-    fourth.stop(signal.SIGINT)
-    second_signal = time.monotonic()
-    assert fourth.wait(60) == 130, fourth.output()
-    assert time.monotonic() - second_signal < 10, fourth.output()
-    assert "interrupted; run the same command again" in fourth.output()
-    backup_before_last = latest_backup_step(model_dir)
-    read_every_checkpoint(os.path.join(model_dir, "backup"))  # Intact.
+        # 1: SIGTERM during the steps of epoch 1.
+        first = TrainProcess(command)
+        assert first.wait_for(re.compile(r"Finished step 2\b"), 400), first.output()
+        time.sleep(rng.uniform(0.0, 0.05))
+        first.stop(signal.SIGTERM)
+        codes = [first.wait(120)]
+        # 2: Ctrl-C a moment into the COCO evaluation after epoch 1.
+        second = TrainProcess(command)
+        assert kill_during_coco_evaluation(second, 400, rng.uniform(0.05, 0.3), signal.SIGINT), \
+            second.output()
+        codes.append(second.wait(120))
+        # 3: SIGTERM while a backup of a step of epoch 2 is being written.
+        third = TrainProcess(command)
+        assert kill_during_backup_write(third, model_dir, 400, after_step=steps_per_epoch,
+                                        signum=signal.SIGTERM), third.output()
+        codes.append(third.wait(120))
+        stopped = [first, second, third]
+        assert codes == [RESUMABLE_EXIT_STATUS] * 3, [p.output() for p in stopped]
 
-    # 5: the same command finishes the run.
-    last = TrainProcess(command)
-    assert last.wait(600) == 0, last.output()
+        # 4: two Ctrl-C during the steps: the second ends the process at once, without a backup.
+        fourth = TrainProcess(command)
+        assert fourth.wait_for(RESUMED_STEP, 400), fourth.output()
+        time.sleep(1.0)  # Past the start of fit: its handlers are set.
+        fourth.stop(signal.SIGINT)
+        # The second once the first has been handled: two signals that arrive while the main
+        # thread is inside a TensorFlow call reach Python as one.
+        assert fourth.wait_for(re.compile(r"SIGINT received"), 60), fourth.output()
+        fourth.stop(signal.SIGINT)
+        second_signal = time.monotonic()
+        assert fourth.wait(60) == 130, fourth.output()
+        assert time.monotonic() - second_signal < 10, fourth.output()
+        assert "interrupted; run the same command again" in fourth.output()
+        backup_before_last = latest_backup_step(model_dir)
+        read_every_checkpoint(os.path.join(model_dir, "backup"))  # Intact.
 
-    # Each signalled process said how it stopped, in one line, and lost no step: the
-    # next start resumed at the last step it finished.
-    for process, name in zip(stopped, ["SIGTERM", "SIGINT", "SIGTERM"]):
-        lines = [m for m in map(STOPPED_LINE.search, process.lines) if m]
-        assert [(m.group(1), int(m.group(2))) for m in lines] == \
-            [(name, process.finished_steps())], process.output()
-    done = [process.finished_steps() for process in stopped]
-    resumed = [second.resumed_step(), third.resumed_step(), fourth.resumed_step()]
-    assert resumed == done, "steps done at each signal %s, resumed at %s" % (done, resumed)
-    # The evaluation that was running when the Ctrl-C came finished, and is not redone.
-    assert done[1] == steps_per_epoch and "COCO on" in second.output(10**6)
-    assert "COCO evaluation after epoch 1" not in third.output(10**6)
-    assert last.resumed_step() == backup_before_last
-    assert last.finished_steps() == total_steps and latest_backup_step(model_dir) == total_steps
-    metrics = open(os.path.join(model_dir, "coco_metrics.json")).read()
-    assert '"1"' in metrics and '"2"' in metrics
+        # 5: the same command finishes the run.
+        last = TrainProcess(command)
+        assert last.wait(600) == 0, last.output()
+
+        # Each signalled process said how it stopped, in one line, and lost no step: the
+        # next start resumed at the last step it finished.
+        for process, name in zip(stopped, ["SIGTERM", "SIGINT", "SIGTERM"]):
+            lines = [m for m in map(STOPPED_LINE.search, process.lines) if m]
+            assert [(m.group(1), int(m.group(2))) for m in lines] == \
+                [(name, process.finished_steps())], process.output()
+        done = [process.finished_steps() for process in stopped]
+        resumed = [second.resumed_step(), third.resumed_step(), fourth.resumed_step()]
+        assert resumed == done, "steps done at each signal %s, resumed at %s" % (done, resumed)
+        # The evaluation that was running when the Ctrl-C came finished, and is not redone.
+        assert done[1] == steps_per_epoch and "COCO on" in second.output(10**6)
+        assert "COCO evaluation after epoch 1" not in third.output(10**6)
+        assert last.resumed_step() == backup_before_last
+        assert last.finished_steps() == total_steps and latest_backup_step(model_dir) == total_steps
+        metrics = open(os.path.join(model_dir, "coco_metrics.json")).read()
+        assert '"1"' in metrics and '"2"' in metrics
 
 
-@pytest.mark.xdist_group("sigterm-to-one-worker")  # Long: apart from its file.
-@pytest.mark.slow
-def test_a_sigterm_to_one_worker_stops_both_at_the_same_step_and_both_resume(tmp_path):
-    from benchmarks.kill_harness import FINISHED_STEP
-    from test_multi_worker import HPARAMS, start_workers, wait_all
-    model_dir = str(tmp_path / "pair")
-    run = dict(hparams=HPARAMS + ",steps_per_epoch=6,backup_steps=4", flags=["--mode=train"])
-    workers = start_workers(model_dir, **run)
-    try:
-        # The preemption notice reaches worker 1, not the chief.
-        assert workers[1].wait_for(FINISHED_STEP, 900), workers[1].output()
-        workers[1].stop(signal.SIGTERM)
-        codes = [worker.wait(300) for worker in workers]
-    finally:
-        for worker in workers:
-            worker.kill()
-    assert codes == [RESUMABLE_EXIT_STATUS] * 2, [w.output() for w in workers]
-    stops = [[(m.group(1), int(m.group(2))) for m in map(STOPPED_LINE.search, w.lines) if m]
-             for w in workers]
-    step = workers[1].finished_steps()
-    # Both stopped after the same step; the chief, which got no signal, wrote its backup.
-    assert [worker.finished_steps() for worker in workers] == [step, step]
-    assert stops[1] == [("SIGTERM", step)], workers[1].output()
-    assert re.search(r"stopped by a signal to another worker after step %d\b" % step,
-                     workers[0].output()), workers[0].output()
-    assert 1 <= step < 6 and latest_backup_step(model_dir) == step
+class TestSigtermToOneWorker:
+    """A class of its own: a long test, run apart from its file (scheduling.py)."""
 
-    workers = start_workers(model_dir, **run)
-    wait_all(workers, 900)
-    for worker in workers:  # Both resumed at that step and finished the run.
-        assert worker.resumed_step() == step and worker.finished_steps() == 6, worker.output()
-    assert latest_backup_step(model_dir) == 6
+    @pytest.mark.slow
+    def test_a_sigterm_to_one_worker_stops_both_at_the_same_step_and_both_resume(self,
+                                                                                  tmp_path):
+        from benchmarks.kill_harness import FINISHED_STEP
+        from test_multi_worker import HPARAMS, start_workers, wait_all
+        model_dir = str(tmp_path / "pair")
+        run = dict(hparams=HPARAMS + ",steps_per_epoch=6,backup_steps=4", flags=["--mode=train"])
+        workers = start_workers(model_dir, **run)
+        try:
+            # The preemption notice reaches worker 1, not the chief.
+            assert workers[1].wait_for(FINISHED_STEP, 900), workers[1].output()
+            workers[1].stop(signal.SIGTERM)
+            codes = [worker.wait(300) for worker in workers]
+        finally:
+            for worker in workers:
+                worker.kill()
+        assert codes == [RESUMABLE_EXIT_STATUS] * 2, [w.output() for w in workers]
+        stops = [[(m.group(1), int(m.group(2))) for m in map(STOPPED_LINE.search, w.lines) if m]
+                 for w in workers]
+        step = workers[1].finished_steps()
+        # Both stopped after the same step; the chief, which got no signal, wrote its backup.
+        assert [worker.finished_steps() for worker in workers] == [step, step]
+        assert stops[1] == [("SIGTERM", step)], workers[1].output()
+        assert re.search(r"stopped by a signal to another worker after step %d\b" % step,
+                         workers[0].output()), workers[0].output()
+        assert 1 <= step < 6 and latest_backup_step(model_dir) == step
+
+        workers = start_workers(model_dir, **run)
+        wait_all(workers, 900)
+        for worker in workers:  # Both resumed at that step and finished the run.
+            assert worker.resumed_step() == step and worker.finished_steps() == 6, worker.output()
+        assert latest_backup_step(model_dir) == 6
