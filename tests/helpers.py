@@ -38,12 +38,12 @@ def tiny_config(model_name: str = "efficientdet-d0", **overrides):
     return config
 
 
-def built_once_per_session(tmp_path_factory, name: str, build) -> str:
-    """The folder `name` that `build(folder)` fills, once per test session: the first xdist
+def built_once_per_run(tmp_path_factory, name: str, build) -> str:
+    """The folder `name` that `build(folder)` fills, once per test run: the first xdist
     worker to ask builds it while the others wait, then all share it (read-only)."""
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent  # The session's folder, above each worker's own.
+        root = root.parent  # The run's folder, above each worker's own.
     folder, done = root / name, root / (name + ".built")
     with filelock.FileLock(str(root / (name + ".lock"))):
         if not done.exists():

@@ -4,7 +4,7 @@ named in EXEMPT, with the reason) and every settings file runs as written.
 Each page runs in a sandbox folder of its own, laid out like a user's project, holding every
 file the pages name (the hparams folder, small COCO-JSON, TFRecord and VOC datasets, photos, the
 demo run in runs/demo), its commands and snippets in reading order, as a reader follows it. The
-folder is prepared once per test session and copied for each page, and pages are spread over
+folder is prepared once per test run and copied for each page, and pages are spread over
 the xdist workers. The released models the pages name are served from a loopback HTTP server
 (archives built from ../shared/reference) into a cache of the worker's own. The Python snippets
 of one page share one namespace, as they would at a reader's Python prompt.
@@ -22,7 +22,7 @@ import pytest
 
 from doc_blocks import all_blocks, written_pages
 from helpers import (CLIENTS_PYTHON, HPARAMS_DIR, REFERENCE_DIR, REPO_ROOT,
-                     built_once_per_session, released_models_served, write_backbone_checkpoint)
+                     built_once_per_run, released_models_served, write_backbone_checkpoint)
 
 WORKED_EXAMPLE = ("docs/guides/training.md", "Fine-tuning a released checkpoint on your own data")
 BLOCKS = all_blocks()
@@ -145,8 +145,8 @@ def released_models(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def project(released_models, tmp_path_factory):
-    """The prepared project folder, built once per session and shared; read-only."""
-    return built_once_per_session(tmp_path_factory, "docs-project", _build_project)
+    """The prepared project folder, built once per test run and shared; read-only."""
+    return built_once_per_run(tmp_path_factory, "docs-project", _build_project)
 
 
 @pytest.fixture(scope="module")
