@@ -6,6 +6,7 @@ Fixtures and hooks live in conftest.py; tests import everything else from here.
 
 import contextlib
 import http.server
+import logging
 import os
 import shutil
 import tarfile
@@ -51,6 +52,28 @@ def built_once_per_run(tmp_path_factory, name: str, build) -> str:
             build(str(folder))
             done.touch()
     return str(folder)
+
+
+@contextlib.contextmanager
+def absl_info_messages():
+    """The messages the package logs with absl in the block, INFO and up, as a list: absl's
+    own logger is set to INFO for the block, whatever an earlier test left it at (caplog only
+    sets the root logger's level)."""
+    messages = []
+
+    class Capturing(logging.Handler):
+        def emit(self, record):
+            messages.append(record.getMessage())
+
+    handler, absl_logger = Capturing(logging.INFO), logging.getLogger("absl")
+    level = absl_logger.level
+    absl_logger.addHandler(handler)
+    absl_logger.setLevel(logging.INFO)
+    try:
+        yield messages
+    finally:
+        absl_logger.removeHandler(handler)
+        absl_logger.setLevel(level)
 
 
 def bright_box_image(height, width, box, channels=3):

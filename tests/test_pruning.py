@@ -1,7 +1,6 @@
 """Pruning from config: settings, released names, training with the trainer's callbacks,
 EMA and backups, and the sparsity of what is exported."""
 
-import logging
 import os
 
 import numpy as np
@@ -9,7 +8,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from helpers import tiny_config
+from helpers import absl_info_messages, tiny_config
 from test_model import model_vars, read_vars_tsv
 from efficientdet_keras import EfficientDetNet, restore_ckpt
 from efficientdet_keras.checkpoint import variable_name
@@ -198,15 +197,16 @@ def test_pruning_summaries_reach_tensorboard(pruned_run):
     assert "class_net/class-0/mask:0/sparsity" in per_mask
 
 
-def test_export_strips_wrappers_and_reports_the_sparsity(pruned_run, tmp_path, caplog):
+def test_export_strips_wrappers_and_reports_the_sparsity(pruned_run, tmp_path):
     from efficientdet_keras.export.saved_model import export_detector
     model, _ = pruned_run
-    with caplog.at_level(logging.INFO):
+    with absl_info_messages() as messages:
         # Unfolded, so the exported kernels are the masked averages themselves (folding
         # scales them by BatchNorm, keeping the zeros; tests/test_folding.py covers it).
         export_detector(model, str(tmp_path / "saved"), fold_batch_norm=False)
-    assert "Exporting the pruned model: 5" in caplog.text
-    assert "class_net/class-0/pointwise_kernel 50.0%" in caplog.text  # Per kernel.
+    log = "\n".join(messages)
+    assert "Exporting the pruned model: 5" in log
+    assert "class_net/class-0/pointwise_kernel 50.0%" in log  # Per kernel.
 
     exported = {variable_name(v): v.numpy()
                 for v in tf.saved_model.load(str(tmp_path / "saved")).model_variables}

@@ -17,14 +17,13 @@ from helpers import REPO_ROOT
 from efficientdet_keras.utils.run_lock import (LOCK_FILE_NAME, STALE_SECONDS, RunDirectoryInUse,
                                                RunLock)
 
+pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
+
 TRAIN_TOOL = os.path.join(REPO_ROOT, "tools", "train.py")
 # Takes the lock of argv[1] as argv[2], says so, then holds it until killed.
 HOLDER = """
 import sys, time
 from efficientdet_keras.utils.run_lock import RunDirectoryInUse, RunLock
-
-pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
-
 if len(sys.argv) > 3:  # A start time: several holders race for the lock.
     time.sleep(max(0.0, float(sys.argv[3]) - time.time()))
 try:

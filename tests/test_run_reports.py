@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from helpers import tiny_config
+from helpers import absl_info_messages, tiny_config
 from efficientdet_keras.checkpoint import resolve_checkpoint_path, variable_name
 from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
 from efficientdet_keras.detection.postprocess import CocoRows
@@ -178,27 +178,11 @@ def fitted_run(tmp_path_factory):
     val = InputPipeline(config, TFRecordSource(data.val_tfrecord), is_training=False,
                         batch_size=2)()
     model_dir = str(root / "run")
-    handler, absl_logger = CapturingHandler(), logging.getLogger("absl")
-    level = absl_logger.level
-    absl_logger.addHandler(handler)
-    absl_logger.setLevel(logging.INFO)
-    try:
+    with absl_info_messages() as messages:
         history = model.fit(train(), epochs=EPOCHS, steps_per_epoch=1, verbose=0,
                             callbacks=get_callbacks(config, model_dir, val, display_images=0))
-    finally:
-        absl_logger.removeHandler(handler)
-        absl_logger.setLevel(level)
     return types.SimpleNamespace(model=model, config=config, model_dir=model_dir,
-                                 history=history.history, messages=handler.messages)
-
-
-class CapturingHandler(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
+                                 history=history.history, messages=messages)
 
 
 def test_fit_writes_results_csv_from_its_logs(fitted_run):
