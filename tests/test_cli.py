@@ -9,6 +9,7 @@ import pytest
 from helpers import REPO_ROOT
 
 
+@pytest.mark.quick
 def test_summary_tool_prints_parts_and_levels():
     result = subprocess.run(
         [sys.executable, os.path.join(REPO_ROOT, "tools", "summary.py"),

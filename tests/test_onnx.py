@@ -127,6 +127,7 @@ def test_detections_equal_the_saved_model_function(exported, batch_size):
         assert_same_detections(found, reference)
 
 
+@pytest.mark.quick
 def test_parity_check_passes_and_fails_when_the_weights_move(exported):
     model, path, _ = exported
     images = synthetic_images(2, 96, 160) + synthetic_images(1, 150, 90)  # Two batches.
@@ -145,6 +146,7 @@ def test_parity_check_passes_and_fails_when_the_weights_move(exported):
     assert not result.passed and "FAILED" in result.summary, result.summary
 
 
+@pytest.mark.quick
 def test_matching_pairs_ties_by_score_and_nothing_else():
     def detections(rows):  # (score, class, ymin): boxes 10 px tall and wide.
         rows = np.array(rows, np.float64)
@@ -190,6 +192,7 @@ def test_soft_nms_and_bad_opsets_are_refused_in_one_line(tmp_path, monkeypatch):
     assert not os.listdir(tmp_path)
 
 
+@pytest.mark.quick
 def test_export_command_refuses_soft_nms_in_one_line(tmp_path):
     model_dir = tmp_path / "run"
     model_dir.mkdir()
