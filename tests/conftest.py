@@ -1,5 +1,6 @@
 """Pytest fixtures and the process setup every test relies on; plain helpers are in helpers.py."""
 
+import logging
 import os
 
 # Before anything imports TensorFlow: tests import it directly, not only via the package.
@@ -35,6 +36,18 @@ def pytest_configure(config):
     if config.getoption("write_durations"):
         config.pluginmanager.register(DurationRecorder(config.getoption("write_durations")),
                                       "duration-recorder")
+
+
+# absl's logger as the run starts; a tool's flags parsed in this process (--verbosity) set it.
+ABSL_LOG_LEVEL = logging.getLogger("absl").level
+
+
+@pytest.fixture(autouse=True)
+def reset_absl_log_level_after_each_test():
+    """A test that leaves absl's logger at WARNING must not hide the package's INFO lines from
+    a later test's caplog."""
+    yield
+    logging.getLogger("absl").setLevel(ABSL_LOG_LEVEL)
 
 
 @pytest.fixture(autouse=True)
