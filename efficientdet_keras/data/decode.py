@@ -116,11 +116,13 @@ class DataHealth:
         # One cond rather than nested ones: each cond is a graph of its own to build, and
         # every pipeline builds this for every kind. Adding a count of 0 changes nothing.
         seen = self._counts[kind].assign_add(count) - count
-        message = tf.reshape(tf.where(  # A scalar, or tf.print quotes it as a tensor.
-            seen < limit, tf.strings.join(["Data: ", label, " in ", record, ": ", detail]),
-            "Data: more %s; counting without further warnings." % label), [])
-        tf.cond(tf.logical_and(count > 0, seen <= limit), lambda: _warn(message),
-                lambda: tf.constant(False))
+
+        def warn():  # The message is only put together for the few records warned about.
+            return _warn(tf.reshape(tf.where(  # A scalar, or tf.print quotes it as a tensor.
+                seen < limit, tf.strings.join(["Data: ", label, " in ", record, ": ", detail]),
+                "Data: more %s; counting without further warnings." % label), []))
+
+        tf.cond(tf.logical_and(count > 0, seen <= limit), warn, lambda: tf.constant(False))
 
     def note_truncation(self, record: tf.Tensor, num_objects: tf.Tensor,
                         max_instances: int) -> None:
