@@ -284,3 +284,18 @@ def test_ema_follows_the_warmup_rule():
     with ema.swapped_in():
         np.testing.assert_allclose(layer.kernel.numpy(), expected, rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(layer.kernel.numpy(), raw)
+
+
+@pytest.mark.quick
+def test_the_average_of_a_constant_weight_is_that_weight_exactly():
+    """Averaging a weight that does not move changes nothing, to the last bit, at any decay
+    (a proximal-gradient form of the update, (shadow + weight * r / (1 - r)) * (1 - r), moves
+    it in its last bits at every step)."""
+    layer = keras.layers.Dense(64)
+    model = keras.Sequential([layer])
+    model.build([None, 64])
+    layer.kernel.assign(tf.random.stateless_normal([64, 64], seed=[3, 4]) * 1e3)
+    ema = ExponentialMovingAverage(model, decay=0.9998)
+    for step in (0, 7, 5000, 10 ** 6):
+        ema.update(tf.constant(step))
+        np.testing.assert_array_equal(ema.shadow_of(layer.kernel).numpy(), layer.kernel.numpy())

@@ -59,7 +59,7 @@ class ExponentialMovingAverage(tf.Module):
 
     def __init__(self, model, decay: float):
         super().__init__(name="ema")
-        if not 0.0 < float(decay) <= 1.0:  # 0 would make update's rate 1 and its alpha infinite.
+        if not 0.0 < float(decay) <= 1.0:  # 0 would average nothing: the weights themselves.
             raise ValueError("ExponentialMovingAverage: decay must be in (0, 1], got %r (to "
                              "train without an average, moving_average_decay=0 makes none)"
                              % (decay,))
@@ -83,23 +83,16 @@ class ExponentialMovingAverage(tf.Module):
         tf.cond, which over all the shadows would make the step's graph much larger.
         """
         rate = (1.0 - self.decay_at(step)) * tf.cast(apply, tf.float32)
-        # One kernel per variable, TensorFlow's proximal gradient descent:
-        #   shadow = (shadow - alpha * delta) / (1 + alpha * l2)   (l1 = 0)
-        # with delta = weight, alpha = -rate / (1 - rate) and l2 = -1 gives
-        #   (shadow + weight * rate / (1 - rate)) * (1 - rate) = (1 - rate) * shadow + rate * weight.
-        # (rate < 1 because decay > 0, checked in __init__.) With hundreds of averaged
-        # variables this needs far fewer graph ops than `shadow -= (shadow - weight) * rate`,
-        # and one pass over each variable instead of three.
-        alpha = -rate / (1.0 - rate)
-        scalars = {}  # dtype -> (alpha, l1, l2), made once for all variables of that dtype.
+        # shadow -= rate * (shadow - weight): exact (a constant weight is its own average) and
+        # one kernel per variable that every device has (CPU, GPU, XLA). The subtraction is
+        # written out, not assign_sub'ed, so the update reads each shadow once.
+        rates = {}  # dtype -> rate, cast once for all variables of that dtype.
         for shadow, source in zip(self.shadows, self._sources):
-            if shadow.dtype not in scalars:
-                scalars[shadow.dtype] = (tf.cast(alpha, shadow.dtype),
-                                         tf.constant(0, shadow.dtype), tf.constant(-1, shadow.dtype))
-            scaled_alpha, l1, l2 = scalars[shadow.dtype]
-            tf.raw_ops.ResourceApplyProximalGradientDescent(
-                var=shadow.handle, alpha=scaled_alpha, l1=l1, l2=l2,
-                delta=tf.cast(source, shadow.dtype))
+            if shadow.dtype not in rates:
+                rates[shadow.dtype] = tf.cast(rate, shadow.dtype)
+            tf.raw_ops.ResourceApplyGradientDescent(
+                var=shadow.handle, alpha=rates[shadow.dtype],
+                delta=shadow.read_value() - tf.cast(source, shadow.dtype))
 
     def reset_to_model(self) -> None:
         """Starts the average again from the current weights (e.g. after loading a checkpoint)."""
