@@ -20,8 +20,8 @@ from efficientdet_keras.data.sources import TFRecordSource
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
 from efficientdet_keras.detection.losses import DetectionLoss
 from efficientdet_keras.training.callbacks import get_callbacks
-from efficientdet_keras.training.nan_guard import (NaNGuard, NonFiniteLossError,
-                                                   fit_with_nan_recovery)
+from efficientdet_keras.training.nan_guard import (MAX_OVERFLOW_SKIPS, NaNGuard,
+                                                   NonFiniteLossError, fit_with_nan_recovery)
 from efficientdet_keras.training.optimizers import CosineDecaySchedule, ScaledSchedule
 from efficientdet_keras.training.trainer import EfficientDetNetTrain
 from test_trainer import small_config
@@ -38,7 +38,8 @@ def scaled_gradient(x: tf.Tensor, factor: tf.Tensor) -> tf.Tensor:
 
 
 class PoisonedLoss:
-    """DetectionLoss whose chosen call has cls_loss x NaN, or cls_loss with an inf gradient.
+    """DetectionLoss whose chosen call has cls_loss x NaN, or cls_loss with a gradient made
+    inf or NaN (the loss itself finite), in that call or from it on.
 
     `poison(calls_from_now)` picks the call (1: the next train step). Counting in
     variables keeps one traced train_step for every test.
@@ -48,20 +49,24 @@ class PoisonedLoss:
         self.loss = DetectionLoss(config)
         self.calls = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.poisoned_call = tf.Variable(-1, dtype=tf.int64, trainable=False)
-        self.infinite_gradient = tf.Variable(False, trainable=False)
+        self.gradient_factor = tf.Variable(1.0, trainable=False)  # 1: the loss is made NaN.
+        self.lasting = tf.Variable(False, trainable=False)
 
-    def poison(self, calls_from_now: int, infinite_gradient: bool = False) -> None:
+    def poison(self, calls_from_now: int, infinite_gradient: bool = False,
+               gradient_factor: float = 1.0, lasting: bool = False) -> None:
         self.poisoned_call.assign(self.calls + calls_from_now)
-        self.infinite_gradient.assign(infinite_gradient)
+        self.gradient_factor.assign(np.inf if infinite_gradient else gradient_factor)
+        self.lasting.assign(lasting)
 
     def __call__(self, labels, class_outputs, box_outputs):
         losses = dict(self.loss(labels, class_outputs, box_outputs))
         self.calls.assign_add(1)
-        hit = tf.equal(self.calls, self.poisoned_call)
-        nan_loss = hit & tf.logical_not(self.infinite_gradient)
-        inf_gradient = hit & self.infinite_gradient
+        hit = tf.equal(self.calls, self.poisoned_call) | \
+            (self.lasting & (self.calls >= self.poisoned_call) & (self.poisoned_call >= 0))
+        bad_gradient = hit & tf.not_equal(self.gradient_factor, 1.0)
+        nan_loss = hit & tf.logical_not(bad_gradient)
         cls_loss = losses["cls_loss"]
-        poisoned = scaled_gradient(cls_loss, tf.where(inf_gradient, np.inf, 1.0)) * \
+        poisoned = scaled_gradient(cls_loss, tf.where(bad_gradient, self.gradient_factor, 1.0)) * \
             tf.where(nan_loss, np.nan, 1.0)
         losses["det_loss"] = losses["det_loss"] - cls_loss + poisoned
         losses["cls_loss"] = poisoned
@@ -255,6 +260,81 @@ def test_float16_skipped_steps_are_not_nan_events(dataset):
         mean, scale = norm, new_scale
     assert skipped == [2]
     assert np.isfinite(history.history["gradient_norm"][0])
+
+
+def test_float16_gradients_the_loss_scale_cannot_explain_stop_training(dataset):
+    """A NaN made in the backward pass, the loss finite: under float16 the loss-scale
+    optimizer takes it for an overflow, skips the step and halves its scale. Training stops
+    with the guard's message once loss scaling cannot explain it, instead of skipping every
+    later step with nothing logged: after MAX_OVERFLOW_SKIPS in a row from the default scale
+    (2 ** 15, whose own overflows at the start stay well below that), at the scale's floor
+    of 1 from a low one."""
+    model, loss = make_model(config_for_tests(mixed_precision="float16"), run_eagerly=True)
+    optimizer = model.optimizer
+    assert isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer) and optimizer.dynamic
+    history = model.fit(dataset, epochs=1, steps_per_epoch=8, verbose=0, callbacks=[NaNGuard()])
+    # The default scale overflowed at first (the optimizer lowered it) and training went on.
+    scale = float(optimizer.loss_scale)
+    assert scale < 2.0 ** 15 and history.history["nonfinite_steps"] == [0.0]
+    assert history.history["loss_scale"] == [scale]
+    weights = [v.numpy() for v in model.trainable_variables]
+    loss.poison(1, gradient_factor=np.nan, lasting=True)
+    step = int(optimizer.iterations) + MAX_OVERFLOW_SKIPS
+    last_scale = scale / 2 ** (MAX_OVERFLOW_SKIPS - 1)
+    assert last_scale > 1.0  # This stop comes from the streak, not the floor.
+    with pytest.raises(NonFiniteLossError, match=(
+            r"^non-finite loss at step %d \(epoch 1\): gradient_norm=nan \(finite: loss=.*\); "
+            r"not a float16 overflow: %d non-finite gradients in a row, the loss scale at %g "
+            % (step, MAX_OVERFLOW_SKIPS, last_scale))):
+        model.fit(dataset, epochs=1, steps_per_epoch=MAX_OVERFLOW_SKIPS + 4, verbose=0,
+                  callbacks=[NaNGuard()])
+    assert int(optimizer.iterations) == step - 1
+    for variable, value in zip(model.trainable_variables, weights):  # All skipped.
+        np.testing.assert_array_equal(variable.numpy(), value)
+
+    # From a scale of 4: skipped at 4 and 2, stopped at 1.
+    optimizer._loss_scale.current_loss_scale.assign(4.0)  # noqa: SLF001 (no public setter)
+    loss.poison(1, gradient_factor=np.nan, lasting=True)
+    with pytest.raises(NonFiniteLossError, match=(
+            r"^non-finite loss at step %d .*: 3 non-finite gradients in a row, the loss scale at "
+            r"1 " % (int(optimizer.iterations) + 3))):
+        model.fit(dataset, epochs=1, steps_per_epoch=6, verbose=0, callbacks=[NaNGuard()])
+
+
+def test_no_step_after_a_non_finite_one_is_applied(dataset):
+    """With steps_per_execution > 1 the guard looks only after the whole call, and with
+    check_steps > 1 only every few steps: the steps after the non-finite one are computed
+    but none of them changes anything, so the message's "weights after step N - 1" holds."""
+    model, loss = make_model(config_for_tests(steps_per_execution=2))
+    model.fit(dataset, epochs=1, steps_per_epoch=2, verbose=0)
+    before = training_state(model)
+    first = int(model.optimizer.iterations) + 1
+    loss.poison(1)  # The first step of the next call; the call's second step is healthy.
+    calls = []
+
+    class CountCalls(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            calls.append(batch)
+
+    with pytest.raises(NonFiniteLossError, match=r"^non-finite loss at step %d .*weights are "
+                                                 r"those after step %d " % (first, first - 1)):
+        model.fit(dataset, epochs=1, steps_per_epoch=8, verbose=0,
+                  callbacks=[NaNGuard(check_steps=4), CountCalls()])
+    assert calls == [1]  # Raised after two calls of two steps, at the fourth step.
+    assert int(model.optimizer.iterations) == first - 1
+    assert_same_state(training_state(model), before)
+
+
+@pytest.mark.quick
+def test_the_run_callbacks_leave_the_step_logs_on_the_device(tmp_path):
+    """Keras copies each step's logs to the host (a wait for the device) unless every
+    callback with batch hooks takes tensors: the run's callbacks do."""
+    callbacks = keras.callbacks.CallbackList(get_callbacks(config_for_tests(backup_steps=5),
+                                                           str(tmp_path)))
+    batch_hooks = [c for c in callbacks.callbacks if c._implements_train_batch_hooks()]
+    assert {type(c).__name__ for c in batch_hooks} >= {"NaNGuard", "StepBackup", "StopOnSignal"}
+    assert callbacks._batch_hooks_support_tf_logs
+    assert isinstance(callbacks.callbacks[0], NaNGuard)  # Its epoch-end look comes first.
 
 
 @pytest.mark.quick

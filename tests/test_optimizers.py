@@ -263,6 +263,19 @@ def test_float16_wraps_in_loss_scale_optimizer():
         assert not isinstance(plain, keras.mixed_precision.LossScaleOptimizer)
 
 
+def test_loss_scale_is_dynamic_or_a_fixed_number():
+    for value in (None, "dynamic"):
+        optimizer = get_optimizer(tiny_config(mixed_precision="float16", loss_scale=value),
+                                  steps_per_epoch=10)
+        assert optimizer.dynamic and float(optimizer.loss_scale) == 2.0 ** 15
+    fixed = get_optimizer(tiny_config(mixed_precision="float16", loss_scale=128),
+                          steps_per_epoch=10)
+    assert not fixed.dynamic and float(fixed.loss_scale) == 128.0
+    for bad in (0, -4, "static", True):
+        with pytest.raises(ValueError, match="loss_scale must be null or dynamic"):
+            tiny_config(loss_scale=bad)
+
+
 def _clipped(grads, clip_norm, per_tensor):
     out, _ = clip_gradients([None if g is None else tf.constant(g) for g in grads], clip_norm,
                             per_tensor)

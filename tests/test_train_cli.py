@@ -35,6 +35,8 @@ def run(args, timeout=600):
     (["--train_file_pattern=/nowhere/train-*"], "--train_file_pattern '/nowhere/train-*' matches no file"),
     (["--hub_module_url=/x"], "Cannot load TF-Hub module /x"),
     (["--hparams=num_clases=3"], "num_clases"),
+    (["--debug", "--hparams=mixed_precision=float16"],
+     "--debug checks every op for NaN and inf, which float16 loss scaling makes on purpose"),
 ])
 def test_bad_flags_stop_with_one_line(data, tmp_path, extra, message):
     result = run(command(data, tmp_path / "run") + extra, timeout=120)

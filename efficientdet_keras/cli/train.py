@@ -289,7 +289,7 @@ def prepare_and_run(strategy):
         from efficientdet_keras.evaluation import check_source_ids_match
         check_source_ids_match(val_source, val_json)
     seed = run_seed(FLAGS.tf_random_seed, config.deterministic)
-    with run_settings(seed, FLAGS.debug):
+    with run_settings(seed, FLAGS.debug, config.mixed_precision):
         if FLAGS.mode == "eval":
             continuous_eval(config, val_source, val_json)
         else:

@@ -100,6 +100,7 @@ def default_values() -> Dict[str, Any]:
         model_optimizations={},
         # Precision, compilation, distribution.
         mixed_precision=False,
+        loss_scale=None,
         jit_compile=False,
         grappler_off="auto",
         steps_per_execution=1,

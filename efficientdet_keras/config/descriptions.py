@@ -36,6 +36,7 @@ VALUE_TYPES: Dict[str, str] = {
     "hub_module_url": "str or null",
     "model_optimizations": "dict",
     "mixed_precision": "bool, str or null",
+    "loss_scale": "str, float or null",
     "grappler_off": "str, list of str or null",
 }
 
@@ -217,6 +218,10 @@ KEY_DESCRIPTIONS: Dict[str, str] = {
     "mixed_precision": "float16 or bfloat16: compute in that type, variables in float32 "
                        "(float16 adds loss scaling); true: float16 on GPU, bfloat16 on TPU; "
                        "false or float32: float32; null: false, bfloat16 with --strategy=tpu.",
+    "loss_scale": "float16's loss scale: null or dynamic, the loss-scale optimizer's own (from "
+                  "2 ** 15, halved at each overflow, doubled after 2000 steps without); a number: "
+                  "that scale, fixed (every non-finite gradient then stops training). No effect "
+                  "in float32 or bfloat16.",
     "jit_compile": "Compile the training step with XLA (the train command's --use_xla "
                    "overrides it).",
     "grappler_off": "Grappler graph passes turned off in fit and evaluate: auto (the memory "

@@ -162,6 +162,8 @@ _VALUE_RULES = {
     "iou_loss_type": _one_of(None, "", *IOU_LOSS_TYPES),
     "nms_configs.method": _one_of(None, "", *NMS_METHODS),
     "mixed_precision": _one_of(*MIXED_PRECISION_VALUES),
+    "loss_scale": (lambda v: v in (None, "dynamic") or (_is_number(v) and v > 0),
+                   "null or dynamic (dynamic loss scaling) or a positive number (a fixed scale)"),
     "label_map": (_is_label_map, "null, a dict {class id: name} with ids from 1, or one of %s"
                   % ", ".join(sorted(NAMED_LABEL_MAPS))),
     "grappler_off": (_is_grappler_setting, "auto, none or a list of Grappler passes from %s"

@@ -76,15 +76,18 @@ class StepBackup(keras.callbacks.BackupAndRestore):
     Args:
       backup_dir: the backup folder (get_callbacks: model_dir/backup).
       backup_steps: steps between backups; 0 backs up at epoch ends only.
+      guard: the run's NaNGuard, asked before each backup (it raises when a non-finite step
+        came since its last look, so no backup follows one).
     """
 
-    def __init__(self, backup_dir: str, backup_steps: int):
+    def __init__(self, backup_dir: str, backup_steps: int, guard=None):
         if backup_steps < 0:
             raise ValueError("backup_steps must be >= 0 (0: at epoch ends only), got %d"
                              % backup_steps)
         super().__init__(backup_dir, save_freq=int(backup_steps) or "epoch",
                          delete_checkpoint=False)
         self.backup_steps = int(backup_steps)
+        self.guard = guard
         self._steps_since_backup = 0
         self._first_step_of_call = 0
         self._stopped = False
@@ -128,6 +131,8 @@ class StepBackup(keras.callbacks.BackupAndRestore):
             self._backup(epoch=epoch, batch=steps_per_epoch - 1)
 
     def _backup(self, epoch, batch=0):
+        if self.guard is not None:
+            self.guard.check()
         # What the next fit resumes from: the epoch, and the step after `batch`
         # (the next epoch when `batch` is its last step).
         self._training_state._ckpt_saved_epoch.assign(epoch)

@@ -31,9 +31,11 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
     BackupAndRestore) in model_dir/backup makes an interrupted run resume at the
     step of its last backup (every config.backup_steps steps and at each epoch end),
     with optimizer state and EMA; StopOnSignal, after it, ends fit with TrainingStopped
-    once a SIGTERM or Ctrl-C has its step backed up. NaNGuard, before StepBackup, raises
-    NonFiniteLossError at a step with a NaN or inf loss or gradient norm
-    (fit_with_nan_recovery answers it when the config allows nan_recovery_attempts). With model_optimizations.prune, tfmot's pruning step
+    once a SIGTERM or Ctrl-C has its step backed up. NaNGuard, first, raises
+    NonFiniteLossError after a step with a NaN or inf loss or gradient norm, before the
+    epoch's evaluation, checkpoint or backup and before any step backup
+    (fit_with_nan_recovery answers it when the config allows nan_recovery_attempts). With
+    model_optimizations.prune, tfmot's pruning step
     update comes first (kernels and their averages masked before evaluation and checkpoints)
     and its PruningSummaries is the TensorBoard callback (sparsity in model_dir/metrics).
     ResultsCallback writes model_dir/results.csv and plots/ after each epoch.
@@ -45,7 +47,10 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
     """
     backup_dir = os.path.join(model_dir, BACKUP_DIR)  # Keras' BackupAndRestore knows the rule.
     model_dir = write_dir(model_dir, strategy)
-    callbacks = []
+    # First: at an epoch end it looks for a non-finite step before anything is written.
+    guard = NaNGuard(config.get("nan_recovery_attempts", 0),
+                     config.get("nan_recovery_lr_factor", 0.5))
+    callbacks = [guard]
     if is_pruning(config):
         from efficientdet_keras.optimization.pruning_keras import training_callbacks
         pruning_step, tensorboard = training_callbacks(model_dir, profile_batch)
@@ -58,13 +63,9 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
     callbacks.append(CheckpointCallback(model_dir, archive_keep=archive_keep))
     # After the evaluation and checkpoint: the row holds val_AP and the epoch's whole time.
     callbacks.append(ResultsCallback(model_dir))
-    callbacks += [
-        tensorboard,
-        # Before BackupAndRestore: a NaN or inf step raises before anything is backed up.
-        NaNGuard(config.get("nan_recovery_attempts", 0), config.get("nan_recovery_lr_factor", 0.5)),
-    ]
+    callbacks.append(tensorboard)
     # Last: its epoch-end backup comes after the epoch's evaluation and checkpoint.
-    backup = StepBackup(backup_dir, config.get("backup_steps", 0))
+    backup = StepBackup(backup_dir, config.get("backup_steps", 0), guard=guard)
     # After the backup: on SIGTERM or Ctrl-C, the step backed up, fit ends with TrainingStopped.
     callbacks += [backup, StopOnSignal(backup)]
     return callbacks

@@ -2,15 +2,21 @@
 
 A step whose loss terms or gradient norm are not finite is a *non-finite step*:
 
-- `EfficientDetNetTrain.train_step` does not apply it. Weights, BatchNorm statistics,
-  optimizer slots and iterations and the EMA stay as they were after the step before
-  (`run_cond` applies the update only on healthy steps; `NonFiniteRecord` keeps the step
-  number and loss values of the first bad step for the message). Under float16 with
-  dynamic loss scaling, non-finite gradients with a finite loss are the loss-scale
-  optimizer's normal skipped steps, not non-finite steps.
-- `NaNGuard` (a Keras callback, in `get_callbacks` before BackupAndRestore) raises
-  `NonFiniteLossError` at the end of that step, naming the step and the loss terms, so no
-  later callback writes a checkpoint, backup or archive entry after it.
+- `EfficientDetNetTrain.train_step` does not apply it, nor any step after it. Weights,
+  BatchNorm statistics, optimizer slots and iterations and the EMA stay as they were after
+  the step before (`run_cond` applies the update only on healthy steps; `NonFiniteRecord`
+  keeps the step number and loss values of the first bad step for the message).
+- Under float16 with dynamic loss scaling, a non-finite gradient with a finite loss is
+  the loss-scale optimizer's normal skipped step (an overflow: it halves the scale and
+  skips), until the loss scale can no longer explain it: at the scale's floor of 1 the
+  gradient overflows unscaled, and `MAX_OVERFLOW_SKIPS` skips in a row mean the gradient
+  grew by 2 ** (MAX_OVERFLOW_SKIPS - 1) or more in a step. Such a step is non-finite.
+- `NaNGuard` (a Keras callback, first in `get_callbacks`' list) raises `NonFiniteLossError`
+  naming the step and the loss terms. It reads the record on the host only when it
+  matters: before every backup, at the end of each epoch (before the evaluation and
+  checkpoint) and every `NONFINITE_CHECK_STEPS` steps, so a fast accelerator is not made
+  to wait after every step; no checkpoint, backup or archive entry is written after a
+  non-finite step.
 - `fit_with_nan_recovery` is `model.fit` that, while `nan_recovery_attempts` allows,
   answers the error as Model Garden does: it rolls back to the last BackupAndRestore
   backup (by running fit again, which restores it) and continues with the learning rate
@@ -64,9 +70,29 @@ def run_cond(condition: tf.Tensor, true_fn: Callable, false_fn: Callable, *args)
     tf.distribute.get_replica_context().merge_call(cross_replica, args=(condition,) + args)
 
 
+# Loss-scale skips in a row that still count as float16 overflows (see the module docstring).
+# A skip streak of n means the scale that fitted the step before was too large by 2 ** n: at
+# the start of training (scale 2 ** 15) 10 skips mean a gradient element above ~1000, and
+# later they mean the gradients grew 500-fold in one step; neither is a scale still settling.
+MAX_OVERFLOW_SKIPS = 10
+# Steps between NaNGuard's reads of the record when no backup or epoch end comes first: at
+# most this many steps are computed (and skipped) in vain after a non-finite one.
+NONFINITE_CHECK_STEPS = 100
+
+
 def _scalar_variable(value, dtype, name: str) -> tf.Variable:
     """A variable every replica holds the same value of (the first replica's writes win)."""
     return tf.Variable(tf.constant(value, dtype), trainable=False, name=name,
+                       aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+
+def _replica_local_variable(value, dtype, name: str) -> tf.Variable:
+    """A variable each replica writes on its own, in its step, without merge_call (which
+    XLA-compiled replica steps on GPUs cannot make). The replicas write the same values
+    (what they record is decided on all-reduced values), so a read takes the first one's,
+    with no cross-device or cross-worker traffic."""
+    return tf.Variable(tf.constant(value, dtype), trainable=False, name=name,
+                       synchronization=tf.VariableSynchronization.ON_READ,
                        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
 
 
@@ -75,45 +101,76 @@ class NonFiniteRecord(tf.Module):
 
     Attributes:
       names: the logged values recorded (loss terms and gradient_norm), in order.
-      count: int64, non-finite steps since the last `reset`.
+      count: int64, non-finite steps since the last `reset` (0 or 1: train_step takes no
+        step after one).
       step: int64, the number (1-based optimizer step) of the first of them.
       values: float32 [len(names)], its values of `names`.
-    Not part of any checkpoint: it describes the running process only.
+      overflow_skips: int64, the loss-scale optimizer's skipped steps in a row so far.
+    Not part of any checkpoint: it describes the running process only. Written in the
+    replicas' steps (replica-local variables, see _replica_local_variable).
     """
 
     def __init__(self, names: Sequence[str]):
         super().__init__(name="nonfinite_record")
         self.names = tuple(names)
         with tf.init_scope():
-            self.count = _scalar_variable(0, tf.int64, "nonfinite_count")
-            self.step = _scalar_variable(0, tf.int64, "nonfinite_step")
-            self.values = tf.Variable(tf.zeros([len(self.names)]), trainable=False,
-                                      name="nonfinite_values",
-                                      aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+            self.count = _replica_local_variable(0, tf.int64, "nonfinite_count")
+            self.step = _replica_local_variable(0, tf.int64, "nonfinite_step")
+            self.values = _replica_local_variable([0.0] * len(self.names), tf.float32,
+                                                  "nonfinite_values")
+            self.overflow_skips = _replica_local_variable(0, tf.int64, "overflow_skips")
 
-    def record(self, step: tf.Tensor, values: Dict[str, tf.Tensor]) -> None:
-        """Counts one non-finite step; keeps its number and values if it is the first."""
-        first = tf.equal(self.count, 0)
+    @property
+    def stopped(self) -> tf.Tensor:
+        """Whether a non-finite step was recorded since the last reset (scalar bool)."""
+        return self.count > 0
+
+    def record(self, nonfinite: tf.Tensor, step: tf.Tensor,
+               values: Dict[str, tf.Tensor]) -> None:
+        """Counts the step if `nonfinite` (scalar bool); keeps its number and values if it is
+        the first. Without tf.cond: cheap to trace, valid in any replica step."""
+        first = nonfinite & tf.equal(self.count, 0)
         self.step.assign(tf.where(first, tf.cast(step, tf.int64), self.step))
         stacked = tf.stack([tf.cast(values.get(name, 0.0), tf.float32) for name in self.names])
         self.values.assign(tf.where(first, stacked, self.values))
-        self.count.assign_add(1)
+        self.count.assign_add(tf.cast(nonfinite, tf.int64))
+
+    def overflow_explains(self, overflow: tf.Tensor, loss_scale: tf.Tensor) -> tf.Tensor:
+        """Whether a loss-scale skip (`overflow`: the gradients are not finite, the loss is)
+        is still a float16 overflow: the scale is above its floor of 1 and fewer than
+        MAX_OVERFLOW_SKIPS skips came in a row. Counts the streak (0 after a finite step)
+        until a non-finite step is recorded, so the message tells the streak that ended."""
+        streak = tf.where(overflow, self.overflow_skips + 1, tf.zeros_like(self.overflow_skips))
+        streak = tf.where(self.stopped, self.overflow_skips, streak)
+        self.overflow_skips.assign(streak)
+        return (tf.cast(loss_scale, tf.float32) > 1.0) & (streak < MAX_OVERFLOW_SKIPS)
 
     def reset(self) -> None:
         self.count.assign(0)
+        self.overflow_skips.assign(0)
 
-    def describe(self, epoch: Optional[int] = None) -> str:
+    def describe(self, epoch: Optional[int] = None, loss_scale: Optional[float] = None) -> str:
         """One line naming the first recorded step and its non-finite values, e.g.
         "non-finite loss at step 12 (epoch 2): cls_loss=nan, det_loss=nan, loss=nan
-        (finite: box_loss=0.0213, reg_l2_loss=0.4871, gradient_norm=3.1); ..."."""
+        (finite: box_loss=0.0213, reg_l2_loss=0.4871, gradient_norm=3.1); ...".
+        `loss_scale`: float16's dynamic loss scale, named when it no longer explained a
+        non-finite gradient."""
         step = int(self.step.numpy())
         values = dict(zip(self.names, self.values.numpy().tolist()))
         bad = ", ".join("%s=%s" % (n, v) for n, v in values.items() if not _finite(v))
         good = ", ".join("%s=%.4g" % (n, v) for n, v in values.items() if _finite(v))
         where = "step %d%s" % (step, "" if epoch is None else " (epoch %d)" % (epoch + 1))
-        return ("non-finite loss at %s: %s (finite: %s); the update was skipped, the weights "
+        scaling = ""
+        if loss_scale is not None and all(_finite(v) for n, v in values.items()
+                                          if n != "gradient_norm"):
+            scaling = ("; not a float16 overflow: %d non-finite gradients in a row, the loss "
+                       "scale at %g (at its floor of 1, or after %d in a row, loss scaling cannot "
+                       "explain them)" % (int(self.overflow_skips.numpy()), loss_scale,
+                                          MAX_OVERFLOW_SKIPS))
+        return ("non-finite loss at %s: %s (finite: %s)%s; the update was skipped, the weights "
                 "are those after step %d (nan_recovery_attempts > 0 rolls back to the last "
-                "backup with a lower learning rate)" % (where, bad, good or "none", step - 1))
+                "backup with a lower learning rate)" % (where, bad, good or "none", scaling,
+                                                        step - 1))
 
 
 def _finite(value: float) -> bool:
@@ -146,26 +203,38 @@ def latest_backup(callbacks) -> Optional[str]:
 
 
 class NaNGuard(keras.callbacks.Callback):
-    """Stops training at the end of a non-finite step with a NonFiniteLossError.
+    """Stops training with a NonFiniteLossError once a step was non-finite.
 
     Replaces keras TerminateOnNaN, which stops only after the NaN update was applied.
-    Place it before BackupAndRestore and CheckpointCallback (get_callbacks does).
+    EfficientDetNetTrain takes no step after a non-finite one, so the guard need not look
+    after every step (a read that makes the host wait for the device): it reads the record
+    every `check_steps` steps, at each epoch end and when `check()` is called (StepBackup
+    calls it before each backup). Put it first in the callback list (get_callbacks does), so
+    its epoch-end check comes before the evaluation and the checkpoint. Other models are
+    checked after every step, from their logged loss.
 
     Args:
       attempts: how many times fit_with_nan_recovery may roll back and retry
         (config nan_recovery_attempts; 0: stop at the first non-finite step).
       lr_factor: the learning rate is multiplied by this at each recovery
         (config nan_recovery_lr_factor).
+      check_steps: steps between reads of the record when nothing else asks sooner.
     """
 
-    def __init__(self, attempts: int = 0, lr_factor: float = 0.5):
+    def __init__(self, attempts: int = 0, lr_factor: float = 0.5,
+                 check_steps: int = NONFINITE_CHECK_STEPS):
         super().__init__()
+        self._supports_tf_logs = True  # Keras then leaves the step's logs on the device.
         self.attempts = int(attempts)
         self.lr_factor = float(lr_factor)
+        self.check_steps = max(1, int(check_steps))
         self._epoch = None
+        self._steps_unchecked = 0
+        self._first_step_of_call = 0
         self._pending_recovery = None  # (lr_scale, recoveries) to set once the backup is back.
 
     def on_train_begin(self, logs=None):
+        self._steps_unchecked = 0
         record = getattr(self.model, "nonfinite", None)
         if record is not None:
             record.reset()
@@ -185,15 +254,30 @@ class NaNGuard(keras.callbacks.Callback):
                             "(epoch %d); the learning rate is now %g x the schedule",
                             recoveries, self.attempts, step, epoch, lr_scale)
 
+    def on_train_batch_begin(self, batch, logs=None):
+        self._first_step_of_call = batch
+
     def on_train_batch_end(self, batch, logs=None):
+        if getattr(self.model, "nonfinite", None) is None:
+            if logs and not _finite(float(logs.get("loss", 0.0))):
+                # A model without the guarded train_step: its weights are already updated.
+                raise NonFiniteLossError("non-finite loss %s at batch %d of epoch %d"
+                                         % (float(logs["loss"]), batch, (self._epoch or 0) + 1))
+            return
+        # `batch` is the last step of this call (steps_per_execution steps in one call).
+        self._steps_unchecked += batch - self._first_step_of_call + 1
+        if self._steps_unchecked >= self.check_steps:
+            self.check()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.check()
+
+    def check(self) -> None:
+        """Raises NonFiniteLossError if a non-finite step was recorded since fit began."""
+        self._steps_unchecked = 0
         record = getattr(self.model, "nonfinite", None)
-        if record is not None:
-            if int(record.count.numpy()):
-                raise NonFiniteLossError(record.describe(self._epoch))
-        elif logs and not _finite(float(logs.get("loss", 0.0))):
-            # A model without the guarded train_step: its weights are already updated.
-            raise NonFiniteLossError("non-finite loss %s at batch %d of epoch %d"
-                                     % (logs["loss"], batch, (self._epoch or 0) + 1))
+        if record is not None and int(record.count.numpy()):
+            raise NonFiniteLossError(record.describe(self._epoch, _dynamic_loss_scale(self.model)))
 
     def prepare_recovery(self, callbacks) -> Optional[str]:
         """Arranges the next fit to continue from the backup at a lower learning rate.
@@ -211,6 +295,14 @@ class NaNGuard(keras.callbacks.Callback):
             return "no backup to roll back to yet"
         self._pending_recovery = (float(state.lr_scale.numpy()) * self.lr_factor, recoveries + 1)
         return None
+
+
+def _dynamic_loss_scale(model) -> Optional[float]:
+    """The current scale of a dynamic LossScaleOptimizer, else None."""
+    optimizer = getattr(model, "optimizer", None)
+    if isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer) and optimizer.dynamic:
+        return float(optimizer.loss_scale.numpy())
+    return None
 
 
 def uses_scale(optimizer, scale: tf.Variable) -> bool:
@@ -244,5 +336,5 @@ def fit_with_nan_recovery(model, x=None, callbacks=(), **fit_kwargs):
             logging.warning("%s", error)
 
 
-__all__ = ["NaNGuard", "NaNRecoveryState", "NonFiniteLossError", "NonFiniteRecord",
+__all__ = ["MAX_OVERFLOW_SKIPS", "NONFINITE_CHECK_STEPS", "NaNGuard", "NaNRecoveryState", "NonFiniteLossError", "NonFiniteRecord",
            "fit_with_nan_recovery", "run_cond"]

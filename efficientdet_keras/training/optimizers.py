@@ -270,8 +270,9 @@ def get_optimizer(config, steps_per_epoch: int,
     `epsilon = config.rmsprop_epsilon`. Gradient
     clipping is not set here (the trainer clips itself). When
     the precision policy is mixed_float16 the optimizer is wrapped in a
-    `LossScaleOptimizer` with dynamic loss scaling, which float16 gradients
-    need to avoid underflow; bfloat16 has float32's range and needs none.
+    `LossScaleOptimizer`, which float16 gradients need to avoid underflow:
+    dynamic loss scaling, or the fixed scale `config.loss_scale` when it is a
+    number; bfloat16 has float32's range and needs none.
     With `lr_scale` (a float32 variable) the schedule is a ScaledSchedule by it.
 
     Raises:
@@ -292,7 +293,12 @@ def get_optimizer(config, steps_per_epoch: int,
                                              momentum=config.momentum,
                                              epsilon=config.rmsprop_epsilon)
     if policy_name(config.mixed_precision) == "mixed_float16":  # Also True on a GPU.
-        optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
+        loss_scale = config.get("loss_scale")
+        if loss_scale in (None, "dynamic"):
+            optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
+        else:
+            optimizer = keras.mixed_precision.LossScaleOptimizer(
+                optimizer, dynamic=False, initial_scale=float(loss_scale))
     return optimizer
 
 

@@ -143,6 +143,7 @@ class StopOnSignal(keras.callbacks.Callback):
 
     def __init__(self, backup: StepBackup):
         super().__init__()
+        self._supports_tf_logs = True  # It reads no logs: Keras need not copy them to the host.
         self.backup = backup
         self.signals = StopSignals()
 

@@ -17,6 +17,8 @@ from absl import logging
 # enable_op_determinism's counterpart, not exported by tf.config.
 from tensorflow.python.framework import config as tf_framework_config
 
+from efficientdet_keras.config.precision import policy_name
+
 STRATEGIES = ("", "gpus", "multi-worker", "tpu")
 
 
@@ -171,9 +173,18 @@ def op_determinism(enabled: bool):
 
 
 @contextlib.contextmanager
-def run_settings(seed: Optional[int] = None, debug: bool = False):
+def run_settings(seed: Optional[int] = None, debug: bool = False, mixed_precision=False):
     """Seeds Python, NumPy and TensorFlow; with debug, runs tf.functions eagerly and
-    checks tensors for NaN/inf. Restores eager execution mode on exit."""
+    checks tensors for NaN/inf. Restores eager execution mode on exit.
+
+    Raises:
+      ValueError: debug under float16 (`mixed_precision`, the config's value), whose loss
+        scaling makes infs on purpose: the check would stop every run at its first step.
+    """
+    if debug and policy_name(mixed_precision) == "mixed_float16":
+        raise ValueError("--debug checks every op for NaN and inf, which float16 loss scaling "
+                         "makes on purpose (overflowing steps it skips); debug with "
+                         "--hparams=mixed_precision=false or mixed_precision=bfloat16")
     eager_before = tf.config.functions_run_eagerly()
     if seed is not None:
         keras.utils.set_random_seed(seed)

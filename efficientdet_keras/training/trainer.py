@@ -46,9 +46,9 @@ class EfficientDetNetTrain(EfficientDetNet):
 
     Logged by fit: loss (det_loss + reg_l2_loss), cls_loss, box_loss, det_loss,
     reg_l2_loss, iou_loss (when enabled), gradient_norm (before clipping, epoch
-    mean) and learning_rate; nonfinite_steps counts the epoch's steps with a NaN or inf
-    loss or gradient norm, which are left out of the means (so are the gradient norms
-    of float16 steps the loss-scale optimizer skips).
+    mean), learning_rate and, under float16, loss_scale; nonfinite_steps counts the
+    epoch's steps with a NaN or inf loss or gradient norm, which are left out of the
+    means (so are the gradient norms of float16 steps the loss-scale optimizer skips).
     """
 
     def __init__(self, config: Optional[Config] = None, model_name: Optional[str] = None,
@@ -267,11 +267,15 @@ class EfficientDetNetTrain(EfficientDetNet):
         logs["reg_l2_loss"] = reg_l2_loss
         logs["loss"] = logs["det_loss"] + reg_l2_loss
         logs["gradient_norm"] = gradient_norm
-        healthy = self._is_healthy_step(logs)
+        # A step after a non-finite one changes nothing either: NaNGuard may read the record
+        # only some steps later (or after the rest of a steps_per_execution call).
+        stopped = self.nonfinite.stopped
+        finite = self._step_is_finite(logs)
+        healthy = finite & tf.logical_not(stopped)
+        self.nonfinite.record(tf.logical_not(finite | stopped), optimizer.iterations + 1, logs)
         with tf.init_scope():  # Slots made outside the cond: there even when step 1 is skipped.
             optimizer.build(variables)
-        run_cond(healthy, self._apply_update, self._skip_update,
-                 grads, optimizer.iterations + 1, logs, statistics)
+        run_cond(healthy, self._apply_update, self._restore_statistics, grads, statistics)
         if self.ema is not None:
             # After the cond, which orders it after the update or the restored statistics; a
             # skipped step averages nothing. Out of the cond, its hundreds of shadows and
@@ -281,9 +285,11 @@ class EfficientDetNetTrain(EfficientDetNet):
         counted = {name: healthy for name in logs}
         counted["gradient_norm"] = healthy & tf.math.is_finite(gradient_norm)
         logs = self._update_trackers(logs, counted)
-        self.nonfinite_tracker.update_state(tf.cast(tf.logical_not(healthy), tf.float32))
+        self.nonfinite_tracker.update_state(tf.cast(tf.logical_not(finite | stopped), tf.float32))
         logs["nonfinite_steps"] = self.nonfinite_tracker.result()
         logs["learning_rate"] = self._current_learning_rate()
+        if isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer):
+            logs["loss_scale"] = tf.cast(optimizer.loss_scale, tf.float32)  # After this step.
         return logs
 
     # --- the NaN guard -------------------------------------------------------------
@@ -291,15 +297,22 @@ class EfficientDetNetTrain(EfficientDetNet):
     def _batch_norm_statistics(self) -> List[tf.Variable]:
         return [v for v in self.non_trainable_variables if is_batch_norm_statistic(v)]
 
-    def _is_healthy_step(self, logs: Dict[str, tf.Tensor]) -> tf.Tensor:
+    def _step_is_finite(self, logs: Dict[str, tf.Tensor]) -> tf.Tensor:
         """True unless a loss term, or the gradient norm, is NaN or inf (scalar bool).
 
-        Under dynamic loss scaling a non-finite gradient with a finite loss is healthy: the
-        LossScaleOptimizer skips that update itself and lowers its loss scale.
+        Under dynamic loss scaling a non-finite gradient with a finite loss is taken for a
+        float16 overflow, which the LossScaleOptimizer skips itself while lowering its
+        scale, as long as the scale can explain it (NonFiniteRecord.overflow_explains).
         """
-        finite = [tf.reduce_all(tf.math.is_finite(value)) for name, value in logs.items()
-                  if name != "gradient_norm" or not self._scales_loss_dynamically]
-        return tf.reduce_all(tf.stack(finite))
+        losses_finite = tf.reduce_all(tf.stack(
+            [tf.reduce_all(tf.math.is_finite(value)) for name, value in logs.items()
+             if name != "gradient_norm"]))
+        gradient_finite = tf.math.is_finite(logs["gradient_norm"])
+        if not self._scales_loss_dynamically:
+            return losses_finite & gradient_finite
+        overflow = losses_finite & tf.logical_not(gradient_finite)
+        explained = self.nonfinite.overflow_explains(overflow, self.optimizer.loss_scale)
+        return losses_finite & (gradient_finite | explained)
 
     @property
     def _scales_loss_dynamically(self) -> bool:
@@ -307,16 +320,15 @@ class EfficientDetNetTrain(EfficientDetNet):
         return isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer) and \
             optimizer.dynamic
 
-    def _apply_update(self, grads, step, logs, statistics) -> None:
+    def _apply_update(self, grads, statistics) -> None:
         """A healthy step: the optimizer update (the EMA follows, in train_step)."""
-        del step, logs, statistics
+        del statistics
         self.optimizer.apply_gradients(zip(grads, self.variables_to_train),
                                        skip_gradients_aggregation=True)
 
-    def _skip_update(self, grads, step, logs, statistics) -> None:
-        """A non-finite step: recorded for NaNGuard; BatchNorm statistics put back."""
+    def _restore_statistics(self, grads, statistics) -> None:
+        """A skipped step: the BatchNorm statistics its forward pass moved are put back."""
         del grads
-        self.nonfinite.record(step, logs)
         for variable, value in zip(self._batch_norm_statistics, statistics):
             variable.assign(value)
 
