@@ -10,6 +10,7 @@ import re
 import sys
 import tempfile
 
+from efficientdet_keras.utils.error_text import first_cause_line
 from efficientdet_keras.utils.fileio import FileWriteError
 # The tools' config and model loading lives in the library (the Python Detector uses it too).
 from efficientdet_keras.inference.loading import (load_model_and_config,  # noqa: F401
@@ -41,9 +42,6 @@ _STARTUP_NOISE = re.compile(
     r"|To enable the following instructions: .* rebuild TensorFlow")
 # This package's folder: its own INFO lines are worth showing, TensorFlow's are not.
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-# TensorFlow error text that is context, not the cause: graph positions and stacks.
-_TF_CONTEXT_LINE = re.compile(r"^(Graph execution error:|Detected at node|<stack traces|"
-                              r"Traceback \(most recent|File \"|\[\[|\^)")
 # An exception raised by Python code inside tf.data (tf.py_function), as TensorFlow quotes it.
 _QUOTED_PYTHON_ERROR = re.compile(r"^(?:\w+\.)*\w*(?:Error|Exception): (.+)$")
 
@@ -172,14 +170,13 @@ def input_error_cause(error: BaseException):
     quoted = [m.group(1) for m in map(_QUOTED_PYTHON_ERROR.match, lines) if m]
     if quoted:  # The data code's own message, raised inside tf.data.
         return quoted[-1]
-    for line in lines:
-        if not _TF_CONTEXT_LINE.match(line):
-            line = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", line)
-            line = re.sub(r"^Error in user-defined function passed to .*? transformation with "
-                          r"iterator: \S+: ", "", line)
-            line = re.sub(r"\s*\[Op:\w+\]( name: \S*)?$", "", line)
-            return re.sub(r"^assertion failed: \[(.*)\]$", r"\1", line)[:300]  # tf Assert
-    return type(error).__name__
+    line = first_cause_line(lines)
+    if line is None:
+        return type(error).__name__
+    line = re.sub(r"^Error in user-defined function passed to .*? transformation with "
+                  r"iterator: \S+: ", "", line)
+    line = re.sub(r"\s*\[Op:\w+\]( name: \S*)?$", "", line)
+    return re.sub(r"^assertion failed: \[(.*)\]$", r"\1", line)[:300]  # tf Assert
 
 
 def print_evaluation(path, metrics, timing=None) -> None:

@@ -1,0 +1,459 @@
+"""The GPU self-check behind `efficientdet-gpu-check`: each training setting of
+`device_settings.SETTINGS` that the machine supports, trained for a few steps, in one table.
+
+    options = CheckOptions(model_name="efficientdet-d0", image_size=512, batch_size=8)
+    gpus = count_gpus()
+    rows = plan_rows(selected_settings([]), gpus)       # [(setting, reason it is skipped)]
+    results = [run_row(setting, child_argv(setting.name), timeout=1800)
+               for setting, skipped in rows if not skipped]
+    print(format_table(results, memory_label(gpus)))
+
+Each row runs in a child process of its own (`measure_row`, behind the command's --measure):
+a crash, an out-of-memory error or an XLA compile that never ends then costs one row (a
+timeout stops it), and each row's peak memory is its own. The child builds the setting's
+trainer through TrainingRun (the hub trainer on a feature module exported from a freshly
+built model), reads one batch of the package's synthetic images through InputPipeline and
+repeats it, so the step is timed and not the input; it fits WARMUP_STEPS untimed steps
+(tracing, XLA compilation, autotuning) and then the timed ones, and prints one JSON line.
+The parent only lists the GPUs, which creates no TensorFlow device: it holds no GPU memory
+while the rows run.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from typing import Callable, List, Optional, Sequence, Tuple
+
+from efficientdet_keras.training.device_settings import (MIRRORED, SETTINGS, DeviceSetting,
+                                                         setting_named)
+from efficientdet_keras.utils.error_text import first_cause_line
+
+# Steps fitted before the timed ones: the first traces (and XLA compiles) the step, the second
+# still runs slower (autotuning, first kernel launches).
+WARMUP_STEPS = 2
+# Synthetic training images written per image size; the pipeline repeats them, and the
+# timed steps repeat its first batch.
+SYNTHETIC_IMAGES = 8
+# A row's result column: the setting trained, failed, was not run, or was stopped.
+WORKS, FAILED, SKIPPED, TIMED_OUT = "works", "failed", "skipped", "timed out"
+# A row's text is cut here: an error's first line can hold a whole tensor shape list.
+MAX_DETAIL_CHARS = 300
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckOptions:
+    """What every row trains: model_name with `hparams` (config overrides) at image_size px,
+    batch_size images per device (a mirrored row's global batch is batch_size x GPUs),
+    `steps` timed steps after WARMUP_STEPS untimed ones."""
+    model_name: str = "efficientdet-d0"
+    image_size: int = 512
+    batch_size: int = 8
+    steps: int = 5
+    hparams: str = ""
+
+
+@dataclasses.dataclass
+class RowResult:
+    """One row of the table.
+
+    status: WORKS, FAILED, SKIPPED or TIMED_OUT; detail: the first line of the error, or why
+    the row was skipped or stopped. step_s: median seconds of a timed step; images_per_s:
+    the global batch over it; peak_memory_bytes: the GPUs' allocator peak (summed over a
+    mirrored row's GPUs), or on a CPU the child's peak resident memory. seconds: the row's
+    wall time, child start to end.
+    """
+    setting: str
+    status: str
+    detail: str = ""
+    step_s: Optional[float] = None
+    images_per_s: Optional[float] = None
+    peak_memory_bytes: Optional[int] = None
+    seconds: Optional[float] = None
+
+    @property
+    def result_text(self) -> str:
+        return "%s: %s" % (self.status, self.detail) if self.detail else self.status
+
+
+# --- choosing the rows --------------------------------------------------------------------
+
+def selected_settings(names: Sequence[str]) -> List[DeviceSetting]:
+    """The settings named (in SETTINGS order, each once), or all of them when none is.
+
+    Raises:
+      ValueError naming an unknown setting and listing the known ones.
+    """
+    wanted = {setting_named(name.strip()).name for name in names if name.strip()}
+    return [s for s in SETTINGS if not wanted or s.name in wanted]
+
+
+def count_gpus() -> int:
+    """The GPUs TensorFlow sees. Listing them creates no device, so this process takes no
+    GPU memory from the rows' children."""
+    return len(gpu_names())
+
+
+def gpu_names() -> List[str]:
+    """The model name of each GPU TensorFlow sees ("NVIDIA A100-SXM4-80GB"), or its device
+    name when the driver gives none; read without creating a device."""
+    import tensorflow as tf
+    names = []
+    for device in tf.config.list_physical_devices("GPU"):
+        try:
+            details = tf.config.experimental.get_device_details(device)
+        except (ValueError, RuntimeError):
+            details = {}
+        names.append(details.get("device_name") or device.name)
+    return names
+
+
+def skip_reason(setting: DeviceSetting, gpus: int) -> str:
+    """Why `setting` cannot run on a machine with `gpus` GPUs ("" when it can)."""
+    if setting.replicas == MIRRORED and gpus < 2:
+        return "needs 2 GPUs (found %d)" % gpus
+    return ""
+
+
+def plan_rows(settings: Sequence[DeviceSetting], gpus: int) -> List[Tuple[DeviceSetting, str]]:
+    """[(setting, skip reason or "")] in table order."""
+    return [(setting, skip_reason(setting, gpus)) for setting in settings]
+
+
+def cpu_note(settings: Sequence[DeviceSetting]) -> str:
+    """The line printed first on a machine without a GPU."""
+    note = "no GPU found: running the CPU rows"
+    if any(s.replicas == MIRRORED for s in settings):
+        note += "; the mirrored rows need 2 GPUs"
+    if any(s.precision == "mixed_float16" or s.uses_xla for s in settings):
+        note += ("; mixed_float16 runs slowly on a CPU (no float16 arithmetic) and XLA "
+                 "compiles for long")
+    return note + ". These times say whether each setting trains here, not how fast a GPU is."
+
+
+def row_config(setting: DeviceSetting, options: CheckOptions, replicas: int):
+    """The config a row trains: the model, the options' hparams, size and global batch, then
+    the setting's own overrides (they win: the row is the setting)."""
+    from efficientdet_keras.config import get_efficientdet_config
+    config = get_efficientdet_config(options.model_name)
+    config.override(options.hparams)
+    config.override({"image_size": options.image_size,
+                     "batch_size": options.batch_size * replicas})
+    return config.override(dict(setting.overrides))
+
+
+def check_options(options: CheckOptions) -> None:
+    """Stops options no row could train with (an unknown model or hparams key, a value out
+    of range), before any child starts.
+
+    Raises:
+      ValueError: the config's one-line message.
+    """
+    from efficientdet_keras.config import validate_config
+    validate_config(row_config(setting_named("float32"), options, replicas=1))
+
+
+# --- the parent: one child per row ---------------------------------------------------------
+
+def run_row(setting: DeviceSetting, child_argv: Sequence[str], timeout: float) -> RowResult:
+    """Runs one row's child (`child_argv`, which ends in measure_row's JSON line) and reads
+    its result; a child that crashes, prints no result or runs past `timeout` seconds (then
+    stopped) is a row that did not work."""
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(list(child_argv), capture_output=True, text=True,
+                              timeout=timeout, env=child_environment())
+    except subprocess.TimeoutExpired:
+        return RowResult(setting.name, TIMED_OUT, "stopped after %g s (--timeout)" % timeout,
+                         seconds=time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    result = last_json_line(done.stdout)
+    if result is None:
+        return RowResult(setting.name, FAILED, crash_line(done.stderr, done.returncode),
+                         seconds=seconds)
+    return RowResult(setting.name, WORKS if result.get("works") else FAILED,
+                     detail=result.get("error", ""), step_s=result.get("step_s"),
+                     images_per_s=result.get("images_per_s"),
+                     peak_memory_bytes=result.get("peak_memory_bytes"), seconds=seconds)
+
+
+def run_check(settings: Sequence[DeviceSetting], gpus: int,
+              child_argv: Callable[[str], Sequence[str]], timeout: float,
+              on_row: Callable[[int, int, RowResult], None] = lambda i, n, row: None
+              ) -> List[RowResult]:
+    """Every row of `settings`: skipped ones with their reason, the others each measured in
+    its child (child_argv(setting name), whose command line carries the CheckOptions).
+    on_row(index, count, result) after each row."""
+    results = []
+    planned = plan_rows(settings, gpus)
+    for index, (setting, reason) in enumerate(planned, 1):
+        row = (RowResult(setting.name, SKIPPED, reason) if reason else
+               run_row(setting, child_argv(setting.name), timeout))
+        results.append(row)
+        on_row(index, len(planned), row)
+    return results
+
+
+def child_environment() -> dict:
+    """The children import this copy of the package, also when it runs from a checkout that
+    is not installed."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.environ.get("PYTHONPATH")
+    return dict(os.environ, PYTHONPATH=root + (os.pathsep + path if path else ""))
+
+
+def last_json_line(stdout: str) -> Optional[dict]:
+    """The last line of `stdout` that is a JSON object, or None."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    return None
+
+
+def crash_line(stderr: str, returncode: int) -> str:
+    """What a child that printed no result died of: its last error line and exit status."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    status = ("killed by signal %d" % -returncode if returncode < 0
+              else "exit status %d" % returncode)
+    return ("%s (%s)" % (lines[-1], status) if lines else status)[:MAX_DETAIL_CHARS]
+
+
+# --- the child: one row measured in this process --------------------------------------------
+
+def measure_row(setting_name: str, options: CheckOptions, data_dir: str,
+                hub_module: str = "") -> dict:
+    """Trains one setting for WARMUP_STEPS + options.steps steps in this process.
+
+    data_dir: where the synthetic images (and the exported feature module) are written, or
+    reused when a row before wrote them. hub_module: the feature module the hub rows train
+    on ("": one exported from a freshly built model into data_dir).
+
+    Returns:
+      {"setting", "works": True, "step_s", "images_per_s", "peak_memory_bytes",
+      "replicas", "global_batch"}, or {"setting", "works": False, "error": the error's first
+      line}: every failure is the row's result.
+    """
+    try:
+        result = dict(_measure(setting_named(setting_name), options, data_dir, hub_module),
+                      works=True)
+    except Exception as e:  # noqa: BLE001 (whatever stops the setting is what the row reports)
+        result = {"works": False, "error": error_line(e)}
+    return dict(result, setting=setting_name)
+
+
+def _measure(setting: DeviceSetting, options: CheckOptions, data_dir: str,
+             hub_module: str) -> dict:
+    import tensorflow as tf
+    from efficientdet_keras.config import validate_config
+    from efficientdet_keras.data.sources import TFRecordSource
+    from efficientdet_keras.data.synthetic import write_synthetic_dataset
+    from efficientdet_keras.training.run import TrainingRun
+    from efficientdet_keras.training.runtime import get_strategy
+    from efficientdet_keras.training.step_timing import StepEndTimes, step_seconds
+
+    gpus = count_gpus()
+    strategy = get_strategy("gpus" if setting.replicas == MIRRORED else "")
+    replicas = strategy.num_replicas_in_sync
+    config = validate_config(row_config(setting, options, replicas))
+    if setting.hub:
+        config.hub_module_url = hub_module or exported_hub_module(options, data_dir)
+        for index in range(gpus):  # The export's own peak is not the row's.
+            tf.config.experimental.reset_memory_stats("GPU:%d" % index)
+    data = write_synthetic_dataset(os.path.join(data_dir, "images-%d" % options.image_size),
+                                   num_train=SYNTHETIC_IMAGES, num_val=0,
+                                   image_size=options.image_size)
+    executions = WARMUP_STEPS + options.steps
+    with tempfile.TemporaryDirectory(prefix="efficientdet_gpu_check_") as model_dir:
+        run = TrainingRun(config, model_dir, TFRecordSource(data.train_tfrecord),
+                          strategy=strategy,
+                          steps_per_epoch=executions * config.steps_per_execution)
+        model = run.build_model()
+        pipeline = run.train_pipeline()
+        batches = strategy.distribute_datasets_from_function(
+            lambda context: pipeline(context).take(1).cache().repeat())
+        recorder = StepEndTimes()
+        history = model.fit(batches, epochs=1, steps_per_epoch=run.steps_per_epoch,
+                            callbacks=[recorder], verbose=0)
+    # A random start trains without NaN; a non-finite step here points at the setting (the
+    # NaN guard left it out of the loss mean, which alone would look healthy).
+    logs = {name: values[-1] for name, values in history.history.items()}
+    nonfinite = int(logs.get("nonfinite_steps", 0))
+    if nonfinite or not math.isfinite(logs["loss"]):
+        raise FloatingPointError("%d of %d steps had a NaN or inf loss or gradient norm (mean "
+                                 "loss %s)" % (nonfinite, run.steps_per_epoch, logs["loss"]))
+    # One batch-end call per steps_per_execution steps.
+    step_s = statistics.median(step_seconds(recorder.ends, WARMUP_STEPS)) / \
+        config.steps_per_execution
+    return {"step_s": step_s, "images_per_s": config.batch_size / step_s,
+            "peak_memory_bytes": peak_memory_bytes(gpus, replicas),
+            "replicas": replicas, "global_batch": config.batch_size}
+
+
+def exported_hub_module(options: CheckOptions, data_dir: str) -> str:
+    """A TF-Hub feature module of a freshly built float32 model of the options, exported
+    into data_dir once and reused by the later hub rows (export_feature_module publishes a
+    complete folder only)."""
+    path = os.path.join(data_dir, "hub_module")
+    if not os.path.isdir(path):
+        from efficientdet_keras.export.hub_module import export_feature_module
+        from efficientdet_keras.model import EfficientDetNet
+        model = EfficientDetNet(config=row_config(setting_named("float32"), options, 1))
+        model.build_variables()
+        export_feature_module(model, path)
+    return path
+
+
+def peak_memory_bytes(gpus: int, replicas: int) -> int:
+    """The allocator's peak on the GPUs a row used (GPU:0 .. replicas - 1), or without a
+    GPU this process's peak resident memory (Linux reports KiB)."""
+    if gpus:
+        import tensorflow as tf
+        return sum(tf.config.experimental.get_memory_info("GPU:%d" % index)["peak"]
+                   for index in range(replicas))
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def error_line(error: BaseException) -> str:
+    """"ErrorType: the first line of its message that says what went wrong" (TensorFlow's
+    messages start with where the op ran: "Graph execution error:", "Detected at node")."""
+    tf = sys.modules.get("tensorflow")  # Loaded when the error can be one of its own.
+    message = error.message if tf is not None and isinstance(error, tf.errors.OpError) \
+        else str(error)
+    line = first_cause_line(message.splitlines())
+    if line is None:
+        return type(error).__name__
+    return ("%s: %s" % (type(error).__name__, line))[:MAX_DETAIL_CHARS]
+
+
+# --- the table ----------------------------------------------------------------------------
+
+def memory_label(gpus: int) -> str:
+    """The memory column's heading: what it measures on this machine."""
+    return "peak GPU memory" if gpus else "peak RSS (CPU)"
+
+
+def format_table(rows: Sequence[RowResult], memory_heading: str) -> str:
+    """The rows as an aligned text table: setting, median step, images/s, peak memory, then
+    the result (works, or the error's first line, or why the row was skipped) last, so a
+    long line does not push the figures out of their columns."""
+    header = ["setting", "step (median)", "images/s", memory_heading, "result"]
+    cells = [[row.setting,
+              "-" if row.step_s is None else "%.3f s" % row.step_s,
+              "-" if row.images_per_s is None else format_rate(row.images_per_s),
+              "-" if row.peak_memory_bytes is None else
+              "{:,.0f} MB".format(row.peak_memory_bytes / 1e6),
+              row.result_text] for row in rows]
+    widths = [max(len(line[i]) for line in [header] + cells) for i in range(len(header) - 1)]
+
+    def line(values):
+        name, *figures, result = values
+        return "  ".join([name.ljust(widths[0])] + [value.rjust(width) for value, width
+                                                    in zip(figures, widths[1:])] + [result])
+    return "\n".join(line(values) for values in [header] + cells)
+
+
+def format_rate(images_per_s: float) -> str:
+    """Images/s with one decimal, or three below 1 (a CPU running an XLA float16 step)."""
+    return "%.1f" % images_per_s if images_per_s >= 1 else "%.3f" % images_per_s
+
+
+def progress_line(index: int, count: int, row: RowResult, memory_heading: str) -> str:
+    """What is printed as each row ends: "[2/5] mixed_float16: works, 0.112 s/step, ..."."""
+    parts = [row.result_text]
+    if row.step_s is not None:
+        parts.append("%.3f s/step, %s images/s" % (row.step_s, format_rate(row.images_per_s)))
+    if row.peak_memory_bytes is not None:
+        parts.append("%s {:,.0f} MB".format(row.peak_memory_bytes / 1e6) % memory_heading)
+    text = "[%d/%d] %s: %s" % (index, count, row.setting, ", ".join(parts))
+    return text if row.seconds is None else "%s (%.0f s)" % (text, row.seconds)
+
+
+# --- the published figures ----------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class PublishedThroughput:
+    gpu: str
+    precision: str
+    batch_per_gpu: int
+    images_per_s: float
+
+
+# EfficientDet-D0 training at 512 px on one GPU, averaged over a training epoch of COCO
+# (their input pipeline included), from the README's "Training performance results".
+PUBLISHED_SOURCE = ("NVIDIA DeepLearningExamples, TensorFlow2/Detection/Efficientdet/README.md, "
+                    "22.03-tf2 container")
+PUBLISHED_THROUGHPUT = (
+    PublishedThroughput("1x A100 80GB", "mixed precision (AMP)", 200, 397),
+    PublishedThroughput("1x A100 80GB", "TF32", 104, 162),
+    PublishedThroughput("1x V100 32GB", "mixed precision (AMP)", 64, 232),
+    PublishedThroughput("1x V100 32GB", "FP32", 40, 113),
+)
+PUBLISHED_MODEL, PUBLISHED_SIZE = "efficientdet-d0", 512
+
+
+def throughput_comparison(rows: Sequence[RowResult], options: CheckOptions, gpus: int) -> str:
+    """The one-device training throughput measured here (the float32 row and the fastest
+    mixed-precision row) beside PUBLISHED_THROUGHPUT, and how this measurement differs from
+    theirs."""
+    measured = []
+    float32 = next((row for row in rows if row.setting == "float32"), None)
+    if float32 is not None and float32.status == WORKS:
+        measured.append((float32, ""))
+    mixed = [row for row in rows if row.status == WORKS and
+             _is_one_device_mixed(setting_named(row.setting))]
+    if mixed:
+        measured.append((max(mixed, key=lambda row: row.images_per_s),
+                         " (the fastest mixed-precision row)"))
+    lines = ["Training throughput on one device, beside published figures:",
+             "  measured here, %s at %d px, batch %d, on %s:" % (
+                 options.model_name, options.image_size, options.batch_size,
+                 "GPU:0" if gpus else "the CPU")]
+    names = [row.setting for row, _ in measured]
+    rates = [format_rate(row.images_per_s) for row, _ in measured]
+    lines += ["    %s  %s images/s%s" % (name.ljust(max(map(len, names))),
+                                        rate.rjust(max(map(len, rates))), note)
+              for name, rate, (_, note) in zip(names, rates, measured)]
+    if not measured:
+        lines.append("    no one-device float32 or mixed-precision row ran")
+    lines += ["  published by NVIDIA for its own EfficientDet-D0 (TensorFlow 2) at %d px, not this "
+              "package's" % PUBLISHED_SIZE, "  (%s):" % PUBLISHED_SOURCE]
+    for figure in PUBLISHED_THROUGHPUT:
+        lines.append("    %-13s %-22s batch %3d  %4.0f images/s" % (
+            figure.gpu, figure.precision, figure.batch_per_gpu, figure.images_per_s))
+    lines.append(textwrap.fill("this measurement differs from theirs: %s."
+                               % "; ".join(measurement_differences(options, gpus)),
+                               width=100, initial_indent="  ", subsequent_indent="    "))
+    return "\n".join(lines)
+
+
+def _is_one_device_mixed(setting: DeviceSetting) -> bool:
+    return setting.replicas != MIRRORED and not setting.hub and setting.precision != "float32"
+
+
+def measurement_differences(options: CheckOptions, gpus: int) -> List[str]:
+    """How the rows' measurement differs from the published one (model, size, batch, ...)."""
+    differences = []
+    if options.model_name != PUBLISHED_MODEL:
+        differences.append("%s, not %s" % (options.model_name, PUBLISHED_MODEL))
+    if options.image_size != PUBLISHED_SIZE:
+        differences.append("%d px, not %d" % (options.image_size, PUBLISHED_SIZE))
+    batches = [figure.batch_per_gpu for figure in PUBLISHED_THROUGHPUT]
+    if options.batch_size not in batches:
+        differences.append("batch %d per device, theirs %d-%d (a larger batch gives more "
+                           "images/s)" % (options.batch_size, min(batches), max(batches)))
+    if options.hparams:
+        differences.append("--hparams %s" % options.hparams)
+    if not gpus:
+        differences.append("on a CPU")
+    differences.append("one repeated batch here, their input pipeline there")
+    return differences

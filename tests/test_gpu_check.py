@@ -1,0 +1,231 @@
+"""efficientdet-gpu-check as a user runs it on a machine without a GPU (tiny model, a few
+rows, each in its own process), and the pieces of its table."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from efficientdet_keras.training import device_check
+from efficientdet_keras.training.device_check import (FAILED, SKIPPED, TIMED_OUT, WORKS,
+                                                      CheckOptions, RowResult)
+from efficientdet_keras.training.device_settings import SETTINGS, setting_named
+
+# A slim D0 at 64 px: every row builds, traces and trains it in seconds. batch_norm_renorm
+# trains in every row but the gradient checkpointing one, whose config refuses it: a real
+# failure of one row.
+TINY_FLAGS = ["--image_size=64", "--batch_size=2", "--steps=2",
+              "--hparams=fpn_num_filters=16,fpn_cell_repeats=1,box_class_repeats=1,"
+              "batch_norm_renorm=true"]
+# "float32                 0.117 s      17.1        1,296 MB  works"
+WORKING_ROW = re.compile(r"^(\S+(?: \S+)*)\s+([\d.]+) s\s+([\d.]+)\s+([\d,]+) MB  works$", re.M)
+
+
+def run_check(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "efficientdet_keras.cli.gpu_check", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_cpu_run_works_skips_and_fails_rows_with_their_reasons():
+    result = run_check(*TINY_FLAGS, "--settings=float32,mixed_bfloat16,gradient checkpointing,"
+                       "mirrored float32")
+    out = result.stdout
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert out.startswith("no GPU found: running the CPU rows; the mirrored rows need 2 GPUs")
+    assert result.stderr.strip().splitlines()[-1] == (
+        "efficientdet-gpu-check: 1 setting(s) did not work: gradient checkpointing")
+
+    # A progress line per row, in table order, then the table.
+    progress = re.findall(r"^\[(\d)/4\] ([^:]+):", out, re.M)
+    assert progress == [("1", "float32"), ("2", "mixed_bfloat16"), ("3", "mirrored float32"),
+                        ("4", "gradient checkpointing")]
+    table = out.split("\n\n")[1].splitlines()
+    assert re.match(r"^setting\s+step \(median\)\s+images/s\s+peak RSS \(CPU\)\s+result$",
+                    table[0]), table[0]
+    figures = WORKING_ROW.findall("\n".join(table))
+    working = {name: (float(step), float(rate), int(memory.replace(",", "")))
+               for name, step, rate, memory in figures}
+    rates = {name: re.escape(rate) for name, _, rate, _ in figures}
+    assert list(working) == ["float32", "mixed_bfloat16"], table
+    for step_s, images_per_s, memory_mb in working.values():
+        assert step_s > 0 and memory_mb > 100
+        assert images_per_s == pytest.approx(2 / step_s, rel=0.05)  # Rounding of both.
+    assert re.match(r"^mirrored float32\s+-\s+-\s+-\s+skipped: needs 2 GPUs \(found 0\)$",
+                    table[3]), table[3]
+    assert re.match(r"^gradient checkpointing\s+-\s+-\s+-\s+failed: ValueError: Invalid config: "
+                    r"grad_checkpoint cannot be combined with batch_norm_renorm: .*forward$",
+                    table[4]), table[4]
+
+    comparison = out.split("\n\n")[2].splitlines()
+    assert comparison[1] == "  measured here, efficientdet-d0 at 64 px, batch 2, on the CPU:"
+    assert re.match(r"^    float32 +%s images/s$" % rates["float32"], comparison[2])
+    assert re.match(r"^    mixed_bfloat16 +%s images/s \(the fastest mixed-precision row\)$"
+                    % rates["mixed_bfloat16"], comparison[3])
+    assert "    1x A100 80GB  mixed precision (AMP)  batch 200   397 images/s" in comparison
+    assert "    1x V100 32GB  mixed precision (AMP)  batch  64   232 images/s" in comparison
+    assert comparison[4].startswith("  published by NVIDIA for its own EfficientDet-D0")
+    assert "differs from theirs: 64 px, not 512; batch 2 per device" in " ".join(
+        " ".join(comparison).split())
+
+
+def test_an_unknown_setting_is_a_one_line_error():
+    result = run_check("--settings=float32,float64")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "efficientdet-gpu-check: no device setting 'float64'; the settings are: float32, ")
+    assert result.stdout == ""  # Stopped before any row.
+
+
+# --- the pieces ---------------------------------------------------------------------------
+
+ROWS = [RowResult("float32", WORKS, step_s=0.1234, images_per_s=64.83,
+                  peak_memory_bytes=9_876_543_210, seconds=41.2),
+        RowResult("mixed_float16 XLA", WORKS, step_s=0.05, images_per_s=160.0,
+                  peak_memory_bytes=5_000_000_000),
+        RowResult("mirrored float32", SKIPPED, "needs 2 GPUs (found 1)"),
+        RowResult("hub trainer", FAILED, "ResourceExhaustedError: OOM when allocating tensor"),
+        RowResult("float32 XLA", TIMED_OUT, "stopped after 60 s (--timeout)"),
+        RowResult("hub trainer mixed_float16 XLA", WORKS, step_s=67.181, images_per_s=0.02977,
+                  peak_memory_bytes=4_475_000_000)]
+
+
+@pytest.mark.quick
+def test_table_aligns_the_figures_and_puts_the_result_last():
+    assert device_check.format_table(ROWS, "peak GPU memory").splitlines() == [
+        "setting                        step (median)  images/s  peak GPU memory  result",
+        "float32                              0.123 s      64.8         9,877 MB  works",
+        "mixed_float16 XLA                    0.050 s     160.0         5,000 MB  works",
+        "mirrored float32                           -         -                -  skipped: "
+        "needs 2 GPUs (found 1)",
+        "hub trainer                                -         -                -  failed: "
+        "ResourceExhaustedError: OOM when allocating tensor",
+        "float32 XLA                                -         -                -  timed out: "
+        "stopped after 60 s (--timeout)",
+        "hub trainer mixed_float16 XLA       67.181 s     0.030         4,475 MB  works"]
+
+
+def test_progress_lines():
+    assert device_check.progress_line(1, 5, ROWS[0], "peak GPU memory") == (
+        "[1/5] float32: works, 0.123 s/step, 64.8 images/s, peak GPU memory 9,877 MB (41 s)")
+    assert device_check.progress_line(3, 5, ROWS[2], "peak RSS (CPU)") == (
+        "[3/5] mirrored float32: skipped: needs 2 GPUs (found 1)")
+
+
+def test_comparison_takes_the_fastest_one_device_mixed_row_and_names_the_differences():
+    rows = ROWS + [RowResult("mixed_bfloat16", WORKS, step_s=0.1, images_per_s=80.0),
+                   RowResult("mirrored mixed_float16", WORKS, step_s=0.05, images_per_s=999.0)]
+    text = device_check.throughput_comparison(rows, CheckOptions(batch_size=200), gpus=2)
+    assert text.splitlines()[1:4] == [
+        "  measured here, efficientdet-d0 at 512 px, batch 200, on GPU:0:",
+        "    float32             64.8 images/s",
+        "    mixed_float16 XLA  160.0 images/s (the fastest mixed-precision row)"]
+    # Model, size and batch match the A100 mixed-precision figure: only the input differs.
+    assert text.splitlines()[-1] == ("  this measurement differs from theirs: one repeated "
+                                     "batch here, their input pipeline there.")
+    other = device_check.throughput_comparison(
+        [], CheckOptions("efficientdet-lite0", 320, 4, hparams="num_classes=3"), gpus=0)
+    assert "    no one-device float32 or mixed-precision row ran" in other.splitlines()
+    assert " ".join(other.split("theirs: ", 1)[1].split()) == (
+        "efficientdet-lite0, not efficientdet-d0; 320 px, not 512; batch 4 per device, theirs "
+        "40-200 (a larger batch gives more images/s); --hparams num_classes=3; on a CPU; one "
+        "repeated batch here, their input pipeline there.")
+
+
+def test_rows_a_machine_cannot_run_are_skipped_with_the_reason():
+    mirrored = [s for s in SETTINGS if s.replicas == device_check.MIRRORED]
+    assert len(mirrored) == 6
+    for gpus, reason in ((0, "needs 2 GPUs (found 0)"), (1, "needs 2 GPUs (found 1)"), (2, "")):
+        plan = device_check.plan_rows(SETTINGS, gpus)
+        assert [setting for setting, _ in plan] == list(SETTINGS)
+        assert all(why == (reason if setting in mirrored else "") for setting, why in plan)
+    note = device_check.cpu_note(SETTINGS)
+    assert note.startswith("no GPU found: running the CPU rows; the mirrored rows need 2 GPUs; "
+                           "mixed_float16 runs slowly on a CPU")
+    assert "mixed_float16" not in device_check.cpu_note([setting_named("float32")])
+
+
+def test_options_no_row_could_train_with_stop_before_the_rows():
+    with pytest.raises(ValueError, match="Unknown config key 'num_clases'"):
+        device_check.check_options(CheckOptions(hparams="num_clases=3"))
+    with pytest.raises(ValueError, match="Invalid config: .*min_level"):
+        device_check.check_options(CheckOptions(hparams="min_level=5,max_level=4"))
+    device_check.check_options(CheckOptions(hparams="batch_norm_renorm=true"))
+
+
+def test_settings_are_chosen_by_name_in_table_order():
+    assert device_check.selected_settings([]) == list(SETTINGS)
+    assert [s.name for s in device_check.selected_settings(
+        ["hub trainer", " float32", "float32"])] == ["float32", "hub trainer"]
+    with pytest.raises(ValueError, match="no device setting 'fp16'; the settings are: float32, "
+                                         "float32 XLA, mixed_float16,"):
+        device_check.selected_settings(["fp16"])
+
+
+def python_child(code):
+    return [sys.executable, "-c", code]
+
+
+def test_a_row_reads_its_childs_json_line_or_its_crash_or_timeout():
+    setting = setting_named("float32")
+    measured = device_check.run_row(setting, python_child(
+        "print('TensorFlow chatter {'); print('{\"works\": true, \"step_s\": 0.5, "
+        "\"images_per_s\": 4.0, \"peak_memory_bytes\": 7}')"), timeout=60)
+    assert (measured.status, measured.step_s, measured.images_per_s,
+            measured.peak_memory_bytes) == (WORKS, 0.5, 4.0, 7)
+    failed = device_check.run_row(setting, python_child(
+        "print('{\"works\": false, \"error\": \"ValueError: bad\"}'); raise SystemExit(1)"),
+        timeout=60)
+    assert (failed.status, failed.detail, failed.step_s) == (FAILED, "ValueError: bad", None)
+    crashed = device_check.run_row(setting, python_child(
+        "import os, sys; print('F0000 check failed: XLA', file=sys.stderr, flush=True); "
+        "os.abort()"), timeout=60)
+    assert (crashed.status, crashed.detail) == (
+        FAILED, "F0000 check failed: XLA (killed by signal 6)")
+    stopped = device_check.run_row(setting, python_child("import time; time.sleep(30)"),
+                                   timeout=1)
+    assert (stopped.status, stopped.detail) == (TIMED_OUT, "stopped after 1 s (--timeout)")
+    assert stopped.seconds < 10
+
+
+def test_error_line_skips_tensorflow_context_lines():
+    import tensorflow as tf
+    error = tf.errors.ResourceExhaustedError(None, None, (
+        "Graph execution error:\n\nDetected at node gradient_tape/x defined at (most recent "
+        "call last):\n  File \"train.py\", line 1\n{{function_node __inference_train_"
+        "function_1}} OOM when allocating tensor with shape[8,64,256,256]\n\t [[{{node x}}]]"))
+    assert device_check.error_line(error) == (
+        "ResourceExhaustedError: OOM when allocating tensor with shape[8,64,256,256]")
+    assert device_check.error_line(ValueError("first\nsecond")) == "ValueError: first"
+    assert device_check.error_line(KeyError()) == "KeyError"
+
+
+def test_step_seconds_leave_out_the_warmup_steps():
+    from efficientdet_keras.training.step_timing import step_seconds
+    assert step_seconds([1.0, 3.0, 3.5, 4.25], warmup_steps=2) == [0.5, 0.75]
+
+
+def test_gpu_queries_with_tensorflows_device_calls_stubbed(monkeypatch):
+    """The GPU paths on this GPU-less machine: model names (the device name when the driver
+    gives none), and a mirrored row's peak memory summed over its GPUs."""
+    import tensorflow as tf
+    devices = [tf.config.PhysicalDevice("/physical_device:GPU:%d" % i, "GPU") for i in range(3)]
+    details = {devices[0].name: {"device_name": "NVIDIA A100-SXM4-80GB"},
+               devices[1].name: {}}
+
+    def device_details(device):
+        if device.name not in details:
+            raise ValueError("no details")
+        return details[device.name]
+
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: devices)
+    monkeypatch.setattr(tf.config.experimental, "get_device_details", device_details)
+    assert device_check.gpu_names() == ["NVIDIA A100-SXM4-80GB", "/physical_device:GPU:1",
+                                        "/physical_device:GPU:2"]
+    peaks = {"GPU:0": 5, "GPU:1": 7, "GPU:2": 100}
+    monkeypatch.setattr(tf.config.experimental, "get_memory_info",
+                        lambda device: {"current": 0, "peak": peaks[device]})
+    assert device_check.peak_memory_bytes(gpus=3, replicas=2) == 12
+    assert device_check.peak_memory_bytes(gpus=3, replicas=1) == 5
+    assert device_check.peak_memory_bytes(gpus=0, replicas=1) > 100e6  # This process's RSS.
