@@ -137,6 +137,17 @@ def test_leftovers_of_killed_backup_writes_are_removed(tmp_path):
         latest_backup_step(str(tmp_path))
 
 
+@pytest.mark.quick
+def test_a_model_fitted_with_a_backup_fits_again_without_one(tmp_path):
+    model = TinyTrainer()
+    model.compile(optimizer=model.optimizer)
+    data = tf.data.Dataset.from_tensors(([[1.0, 2.0, 3.0]], [[1.0, -1.0]])).repeat()
+    model.fit(data, epochs=1, steps_per_epoch=2, verbose=0,
+              callbacks=[StepBackup(str(tmp_path / "backup"), BACKUP_STEPS)])
+    model.fit(data, epochs=1, steps_per_epoch=2, verbose=0)  # Keras alone failed here.
+    assert int(model.optimizer.iterations) == 4
+
+
 def test_backup_steps_is_checked_and_defaults_to_a_step_count():
     config = tiny_config()
     assert config.backup_steps == 200

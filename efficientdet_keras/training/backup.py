@@ -102,6 +102,12 @@ class StepBackup(keras.callbacks.BackupAndRestore):
             logging.info("Resumed from the backup at step %d in %s",
                          int(self.model.optimizer.iterations.numpy()), self.backup_dir)
 
+    def on_train_end(self, logs=None):
+        super().on_train_end(logs)
+        # Keras deletes the model's attribute, which Model.__init__ set to None: a later fit
+        # without a backup would fail on the missing attribute.
+        self.model._training_state = None  # noqa: SLF001
+
     def on_train_batch_begin(self, batch, logs=None):
         self._first_step_of_call = batch
 
