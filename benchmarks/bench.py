@@ -36,6 +36,9 @@ Benchmarks:
                8; batch-1 latency at 512 px, network only and JPEG to detections; time to the
                first step; peak training memory; demo AP and AP50. --speed_rounds repeats the
                fresh processes, the two paths alternating.
+  callbacks    the milliseconds per step the run's callbacks (get_callbacks, no validation)
+               add to fit, at --image_size and --batch_size: the same model fitted in
+               --repeats alternating rounds without and with them.
 
 A user's own model is measured by `efficientdet-bench --model=PATH` (Detector.benchmark).
 """
@@ -55,8 +58,9 @@ from absl import flags  # noqa: E402
 
 from benchmarks import speed  # noqa: E402
 from benchmarks.common import (DATA_DIR, TFLITE_THREADS, demo_validation_data,  # noqa: E402
-                               keras_metrics, median_seconds, one_cached_batch, step_seconds,
-                               tflite_metrics_and_latency, timed_fit, training_run)
+                               keras_metrics, median_seconds, one_cached_batch,
+                               step_end_recorder, step_seconds, tflite_metrics_and_latency,
+                               timed_fit, training_run)
 from efficientdet_keras.cli.common import HPARAMS_HELP, run_app  # noqa: E402
 
 PROGRAM = "benchmarks/bench.py"
@@ -64,7 +68,7 @@ PROGRAM = "benchmarks/bench.py"
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("what", "postprocess",
                   ["postprocess", "pipeline", "eval", "train", "serve", "kills", "tflite",
-                   "short_runs", "augment", "speed", "resize"],
+                   "short_runs", "augment", "speed", "resize", "callbacks"],
                   "Which benchmark to run.")
 flags.DEFINE_integer("eval_images", 500, "eval: how many synthetic images to evaluate.")
 flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDet family.")
@@ -376,6 +380,47 @@ def bench_train(config) -> None:
         keras.backend.clear_session()
 
 
+def bench_callbacks(config) -> None:
+    """The per-step time the run's callbacks add to fit: one trained model, fit rounds with
+    no callback and with get_callbacks' list (no validation) in turn, step times from the
+    same recorder, medians over the rounds."""
+    import tempfile
+
+    from efficientdet_keras.data.synthetic import write_synthetic_dataset
+    from efficientdet_keras.training.callbacks import get_callbacks
+
+    data = write_synthetic_dataset(os.path.join(FLAGS.data_dir, "callbacks"), num_train=8,
+                                   num_val=1, image_size=FLAGS.image_size, seed=2)
+    config = config.copy()
+    config.override({"image_size": FLAGS.image_size, "batch_size": FLAGS.batch_size,
+                     "num_classes": 4})
+    steps, warmup = 40, 3
+    run = training_run(config, data, steps_per_epoch=steps + warmup)
+    dataset = one_cached_batch(run)
+    model = run.build_model()
+    model.fit(dataset, epochs=1, steps_per_epoch=warmup, verbose=0)  # Traces the step.
+    print("%s at %dx%d, batch %d: median ms per step over %d steps, %d rounds alternating"
+          % (config.name, FLAGS.image_size, FLAGS.image_size, FLAGS.batch_size, steps,
+             FLAGS.repeats))
+    medians = {"none": [], "run callbacks": []}
+    for _ in range(FLAGS.repeats):
+        for name in medians:
+            recorder = step_end_recorder(wait_for_device=False)  # Adds no sync of its own.
+            callbacks = [recorder]
+            if name != "none":  # A new folder each round: nothing to restore from a backup.
+                callbacks = get_callbacks(config, tempfile.mkdtemp(prefix="bench_callbacks_"),
+                                          strategy=model.distribute_strategy) + callbacks
+            model.fit(dataset, epochs=1, steps_per_epoch=steps + warmup, callbacks=callbacks,
+                      verbose=0)
+            medians[name].append(statistics.median(step_seconds(recorder.ends, warmup)))
+    none, full = (statistics.median(medians[name]) * 1e3 for name in medians)
+    differences = [(b - a) * 1e3 for a, b in zip(medians["none"], medians["run callbacks"])]
+    print("%-16s %10.2f ms" % ("no callbacks", none))
+    print("%-16s %10.2f ms" % ("run callbacks", full))
+    print("%-16s %+10.2f ms per step (rounds: %+.2f to %+.2f)"
+          % ("overhead", full - none, min(differences), max(differences)))
+
+
 def bench_serve(config) -> None:
     import tempfile
 
@@ -573,7 +618,8 @@ def main(argv):
     {"postprocess": bench_postprocess, "pipeline": bench_pipeline, "eval": bench_eval,
      "train": bench_train, "serve": bench_serve, "kills": bench_kills,
      "tflite": bench_tflite, "short_runs": bench_short_runs,
-     "augment": bench_augment, "speed": bench_speed, "resize": bench_resize}[FLAGS.what](config)
+     "augment": bench_augment, "speed": bench_speed, "resize": bench_resize,
+     "callbacks": bench_callbacks}[FLAGS.what](config)
 
 
 def run():

@@ -22,25 +22,16 @@ def median_seconds(fn, repeats: int, warmup: int = 1) -> float:
     return statistics.median(timed_runs(fn, repeats, warmup=warmup))
 
 
-def step_end_recorder():
+def step_end_recorder(wait_for_device: bool = True):
     """A Keras callback whose `ends` lists when each training batch ended (perf_counter)."""
-    import tf_keras as keras
-
-    class StepEndTimes(keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.ends = []
-
-        def on_train_batch_end(self, batch, logs=None):
-            self.ends.append(time.perf_counter())
-
-    return StepEndTimes()
+    from efficientdet_keras.training.step_timing import StepEndTimes
+    return StepEndTimes(wait_for_device)
 
 
 def step_seconds(ends, warmup_steps: int):
-    """Seconds of each step after the first `warmup_steps` (tracing, first oneDNN calls),
-    from the step end times of `step_end_recorder`."""
-    return [b - a for a, b in zip(ends[warmup_steps - 1:-1], ends[warmup_steps:])]
+    """Seconds of each step after the first `warmup_steps` (tracing, first oneDNN calls)."""
+    from efficientdet_keras.training.step_timing import step_seconds as seconds
+    return seconds(ends, warmup_steps)
 
 
 def training_run(config, data, steps_per_epoch: int, seed: int = 0, validation: bool = False):
