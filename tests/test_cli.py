@@ -87,7 +87,8 @@ def test_help_lists_the_tools_own_flags_without_loading_tensorflow(script):
     ("efficientdet-summary", "--ckpt"), ("efficientdet-bench", "--model"),
     ("efficientdet-create-tfrecord", "--input_format"), ("efficientdet-eval", "--val_file_pattern"),
     ("efficientdet-train", "--model_dir"), ("efficientdet-export", "--export_dir"),
-    ("efficientdet-infer", "--saved_model_dir"), ("efficientdet-check-data", "--file_pattern")])
+    ("efficientdet-infer", "--saved_model_dir"), ("efficientdet-check-data", "--file_pattern"),
+    ("efficientdet-gpu-check", "--settings")])
 def test_installed_console_script_help(script, own_flag):
     path = os.path.join(os.path.dirname(sys.executable), script)
     if not os.path.exists(path):
