@@ -71,7 +71,8 @@ class StepBackup(keras.callbacks.BackupAndRestore):
       folders, checkpoints the folder's `checkpoint` file does not list).
 
     Logs "Resumed from the backup at step S" after a restore and, at --verbosity=1,
-    "Finished step S" after every step (S counts steps since the run began).
+    "Finished step S" after every step taken (S counts steps since the run began; a step
+    the NaN guard left out takes none).
 
     Args:
       backup_dir: the backup folder (get_callbacks: model_dir/backup).
@@ -91,12 +92,14 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         self._steps_since_backup = 0
         self._first_step_of_call = 0
         self._stopped = False
+        self._last_logged_step = None
 
     def on_train_begin(self, logs=None):
         checkpoints_dir = backup_checkpoints_dir(self.backup_dir)
         if self.model.distribute_strategy.extended.should_checkpoint:  # The one writer.
             remove_interrupted_backup_writes(checkpoints_dir)
         self._steps_since_backup, self._stopped = 0, False
+        self._last_logged_step = None
         super().on_train_begin(logs)  # Restores the backup, if there is one.
         if tf.train.latest_checkpoint(checkpoints_dir):
             logging.info("Resumed from the backup at step %d in %s",
@@ -119,7 +122,10 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         self._steps_since_backup += batch - self._first_step_of_call + 1
         steps_per_epoch = self.params.get("steps")
         if logging.vlog_is_on(1):
-            logging.vlog(1, "Finished step %d", int(self.model.optimizer.iterations.numpy()))
+            step = int(self.model.optimizer.iterations.numpy())
+            if step != self._last_logged_step:
+                logging.vlog(1, "Finished step %d", step)
+                self._last_logged_step = step
         last_of_epoch = steps_per_epoch is not None and batch + 1 >= steps_per_epoch
         if self.backup_steps and self._steps_since_backup >= self.backup_steps \
                 and not last_of_epoch:
