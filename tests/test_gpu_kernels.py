@@ -4,7 +4,8 @@ For every device setting (training/device_settings.py: float32, mixed_float16 an
 mixed_bfloat16, XLA off and on, one device and MirroredStrategy, gradient checkpointing, the
 TF-Hub fine-tuning trainer; the EMA is on in all of them) a tiny model with a trainable
 backbone is built and the train, test and predict functions Model.fit and evaluate run are
-traced, not run. So is the serving graph of the detection SavedModel. Each graph, with every
+traced, not run, in a child process per test class (tests/gpu_kernel_traces.py: a test
+worker keeps none of the traces' memory). So is the serving graph of the detection SavedModel. Each graph, with every
 function of its library (cond branches, while bodies, gradients, XLA clusters), is walked
 (tests/gpu_kernels.py) and each op is looked up in TensorFlow's kernel registry, which a CUDA
 build fills with its GPU kernels whether or not a GPU is present:
@@ -24,29 +25,18 @@ cuDNN has algorithms for these shapes and dtypes, that the step fits in GPU memo
 GPU compilation (not just its op lowering) succeeds, NCCL all-reduce, and the numbers.
 """
 
-import gc
-
 import pytest
 import tensorflow as tf
 import tf_keras as keras
 from tensorflow.python.distribute import mirrored_run, mirrored_strategy
 
+from gpu_kernel_traces import FUNCTIONS, TINY, trace_in_child
 from gpu_kernels import XLA_GPU, KernelReport, check_kernels, register_xla_kernels
 from helpers import built_once_per_run, tiny_config
 from efficientdet_keras import EfficientDetNet
-from efficientdet_keras.data.pipeline import InputPipeline
-from efficientdet_keras.data.sources import TFRecordSource
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
 from efficientdet_keras.inference.serving_graph import DetectionModule, inference_network
-from efficientdet_keras.training import ema as ema_module
 from efficientdet_keras.training.device_settings import MIRRORED, ONE_DEVICE, SETTINGS
-from efficientdet_keras.training.trainer import EfficientDetNetTrain
-
-# Small BiFPN and heads at 64 px over 3 levels (levels 6 and 7 only repeat the ops of the
-# others); the backbone (all of EfficientNet-b0) is trained, so its backward kernels are in
-# the train graphs.
-TINY = dict(image_size=64, fpn_num_filters=16, fpn_cell_repeats=1, box_class_repeats=1,
-            batch_size=2, max_level=5)
 
 # Op types (or "Op[dtype]": the op with that dtype only) that may lack a GPU kernel outside
 # XLA: TensorFlow places them on the host. None takes a resource input (checked).
@@ -58,8 +48,6 @@ ALLOWED_ON_HOST = {
     "Const[string]": "string constants (assert messages, parse keys) live in host memory",
     "StridedSlice[string]": "picking one encoded image of the batch: strings stay on the host",
 }
-
-FUNCTIONS = ("train", "test", "predict")
 
 ONE_DEVICE_SETTINGS = [s for s in SETTINGS if s.replicas == ONE_DEVICE and not s.hub]
 MIRRORED_SETTINGS = [s for s in SETTINGS if s.replicas == MIRRORED and not s.hub]
@@ -105,73 +93,22 @@ def xla_kernels():
 
 
 @pytest.fixture(scope="module")
-def batches(tmp_path_factory):
-    """batches(config): a dataset of zero batches with the element spec of the training
-    pipeline (InputPipeline over synthetic TFRecords) for that config. Zeros, not the
-    pipeline itself: only the spec shapes a trace, and the pipeline's threads would compete
-    with tracing for the CPU."""
-    data = write_synthetic_dataset(str(tmp_path_factory.mktemp("gpu_kernel_data")),
-                                   num_train=2, num_val=1, image_size=64, seed=3)
-    specs = {}
-
-    def dataset_for(config) -> tf.data.Dataset:
-        if config.mixed_precision not in specs:
-            pipeline = InputPipeline(config, TFRecordSource(data.train_tfrecord),
-                                     is_training=True, batch_size=config.batch_size, seed=0)
-            specs[config.mixed_precision] = pipeline().element_spec
-        zeros = tf.nest.map_structure(lambda spec: tf.zeros(spec.shape, spec.dtype),
-                                      specs[config.mixed_precision])
-        return tf.data.Dataset.from_tensors(zeros).repeat()
-    return dataset_for
+def tfrecord(tmp_path_factory) -> str:
+    """Synthetic training records: the pipeline over them gives each setting its batch spec."""
+    return write_synthetic_dataset(str(tmp_path_factory.mktemp("gpu_kernel_data")),
+                                   num_train=2, num_val=1, image_size=64,
+                                   seed=3).train_tfrecord
 
 
-def setting_config(setting):
-    return tiny_config(**dict(TINY, **setting.overrides))
-
-
-def trace_functions(model, dataset, functions=FUNCTIONS) -> dict:
-    """{function: KernelReport, or the exception tracing it raised}."""
-    reports = {}
-    for function in functions:
-        make = getattr(model, "make_%s_function" % function)
-        try:
-            concrete = make().get_concrete_function(iter(dataset))
-        except Exception as error:  # The setting's test reports it, naming the function.
-            reports[function] = error
-            continue
-        reports[function] = check_kernels(concrete.graph.as_graph_def(), ALLOWED_ON_HOST)
-    return reports
-
-
-def build_and_trace(setting, batches, strategy=None, hub_module=None,
-                    functions=FUNCTIONS) -> dict:
-    """The setting's model, built and compiled in `strategy`'s scope, and the reports of its
-    traced functions (see trace_functions); the model is dropped afterwards."""
-    config = setting_config(setting)
-    strategy = strategy or tf.distribute.get_strategy()
-    dataset = batches(config)
-    if setting.replicas == MIRRORED:
-        dataset = strategy.experimental_distribute_dataset(dataset)
-    with strategy.scope():
-        if setting.hub:
-            from efficientdet_keras.training.hub_trainer import EfficientDetNetTrainHub
-            model = EfficientDetNetTrainHub(config, hub_module_url=hub_module)
-        else:
-            model = EfficientDetNetTrain(config)
-        model.compile(steps_per_epoch=10)
-    assert not model.config.var_freeze_expr and model.ema is not None
-    try:
-        return trace_functions(model, dataset, functions)
-    finally:
-        del model
-        keras.backend.clear_session()
-        gc.collect()
+def traced(settings, tfrecord, **kwargs) -> dict:
+    """{setting name: {function: KernelReport or (error type, message)}}, traced in a child
+    process (gpu_kernel_traces: the traces' memory is not kept by the test worker)."""
+    return trace_in_child(settings, tfrecord, ALLOWED_ON_HOST, **kwargs)
 
 
 def checked(reports: dict, function: str) -> KernelReport:
     report = reports[function]
-    if isinstance(report, Exception):
-        raise report
+    assert isinstance(report, KernelReport), "%s tracing failed: %s: %s" % ((function,) + report)
     return report
 
 
@@ -181,9 +118,9 @@ def assert_setting_has_gpu_kernels(setting, reports: dict) -> None:
     problems = []
     for function in FUNCTIONS:
         report = reports[function]
-        if isinstance(report, Exception):
+        if not isinstance(report, KernelReport):
             problems.append("%s, %s function: tracing failed: %s: %s" % (
-                setting.name, function, type(report).__name__, str(report).strip()))
+                (setting.name, function) + report))
             continue
         if report.missing or report.allowed_with_resource:
             problems.append(failure_message(setting.name, function, report))
@@ -191,22 +128,19 @@ def assert_setting_has_gpu_kernels(setting, reports: dict) -> None:
     assert not problems, "\n".join(problems)
 
 
+# One child process per class (xdist's loadscope gives a class to one worker); a mirrored
+# trace is the costliest (the step is traced once per replica), hence two mirrored classes.
 class TestOneDevice:
+    @pytest.fixture(scope="class")
+    def reports(self, tfrecord):
+        return traced(ONE_DEVICE_SETTINGS, tfrecord)
+
     @pytest.mark.parametrize("setting", ONE_DEVICE_SETTINGS, ids=lambda s: s.name)
-    def test_every_op_has_a_gpu_kernel(self, setting, batches):
-        assert_setting_has_gpu_kernels(setting, build_and_trace(setting, batches))
+    def test_every_op_has_a_gpu_kernel(self, setting, reports):
+        assert_setting_has_gpu_kernels(setting, reports[setting.name])
 
 
-def force_gpu_code_path(monkeypatch) -> None:
-    """MirroredStrategy on the logical CPUs takes its GPU path: each replica's step compiled
-    on its own device under XLA, replica steps without merge_call."""
-    for module in (mirrored_run, mirrored_strategy):
-        monkeypatch.setattr(module, "_is_gpu_device", lambda device: True)
-
-
-def check_mirrored(setting, batches, strategy, monkeypatch) -> None:
-    force_gpu_code_path(monkeypatch)
-    reports = build_and_trace(setting, batches, strategy=strategy)
+def check_mirrored(setting, reports) -> None:
     assert_setting_has_gpu_kernels(setting, reports)
     # On the GPU path each replica's step is its own XLA function (on the CPU path one
     # function would hold both replicas): the graphs checked are the GPU path's.
@@ -215,20 +149,28 @@ def check_mirrored(setting, batches, strategy, monkeypatch) -> None:
         assert len(roots) == (2 if setting.uses_xla else 0), (setting.name, function, roots)
 
 
-# Two classes: xdist's loadscope gives each to one worker, and a mirrored trace is the
-# costliest (the step is traced once per replica).
+MIRRORED_PLAIN = [s for s in MIRRORED_SETTINGS if not s.uses_xla]
+MIRRORED_XLA = [s for s in MIRRORED_SETTINGS if s.uses_xla]
+
+
 class TestMirrored:
-    @pytest.mark.parametrize("setting", [s for s in MIRRORED_SETTINGS if not s.uses_xla],
-                             ids=lambda s: s.name)
-    def test_every_op_has_a_gpu_kernel(self, setting, batches, two_cpu_strategy, monkeypatch):
-        check_mirrored(setting, batches, two_cpu_strategy, monkeypatch)
+    @pytest.fixture(scope="class")
+    def reports(self, tfrecord):
+        return traced(MIRRORED_PLAIN, tfrecord)
+
+    @pytest.mark.parametrize("setting", MIRRORED_PLAIN, ids=lambda s: s.name)
+    def test_every_op_has_a_gpu_kernel(self, setting, reports):
+        check_mirrored(setting, reports[setting.name])
 
 
 class TestMirroredXLA:
-    @pytest.mark.parametrize("setting", [s for s in MIRRORED_SETTINGS if s.uses_xla],
-                             ids=lambda s: s.name)
-    def test_every_op_has_a_gpu_kernel(self, setting, batches, two_cpu_strategy, monkeypatch):
-        check_mirrored(setting, batches, two_cpu_strategy, monkeypatch)
+    @pytest.fixture(scope="class")
+    def reports(self, tfrecord):
+        return traced(MIRRORED_XLA, tfrecord)
+
+    @pytest.mark.parametrize("setting", MIRRORED_XLA, ids=lambda s: s.name)
+    def test_every_op_has_a_gpu_kernel(self, setting, reports):
+        check_mirrored(setting, reports[setting.name])
 
 
 @pytest.fixture(scope="module")
@@ -245,10 +187,13 @@ def hub_module(tmp_path_factory):
 
 
 class TestHubTrainer:
+    @pytest.fixture(scope="class")
+    def reports(self, tfrecord, hub_module):
+        return traced(HUB_SETTINGS, tfrecord, hub_module=hub_module)
+
     @pytest.mark.parametrize("setting", HUB_SETTINGS, ids=lambda s: s.name)
-    def test_every_op_has_a_gpu_kernel(self, setting, batches, hub_module):
-        assert_setting_has_gpu_kernels(
-            setting, build_and_trace(setting, batches, hub_module=hub_module))
+    def test_every_op_has_a_gpu_kernel(self, setting, reports):
+        assert_setting_has_gpu_kernels(setting, reports[setting.name])
 
 
 def test_every_setting_is_checked():
@@ -292,30 +237,14 @@ class TestServing:
 
 # --- the check has teeth ------------------------------------------------------------------
 
-def proximal_ema_update(self, step, apply=True) -> None:
-    """ExponentialMovingAverage.update written with one ResourceApplyProximalGradientDescent
-    per variable (alpha = -rate / (1 - rate), l1 = 0, l2 = -1 make it
-    shadow = (1 - rate) * shadow + rate * weight): an op GPUs have no kernel for."""
-    rate = (1.0 - self.decay_at(step)) * tf.cast(apply, tf.float32)
-    alpha = -rate / (1.0 - rate)
-    scalars = {}
-    for shadow, source in zip(self.shadows, self._sources):
-        if shadow.dtype not in scalars:
-            scalars[shadow.dtype] = (tf.cast(alpha, shadow.dtype),
-                                     tf.constant(0, shadow.dtype), tf.constant(-1, shadow.dtype))
-        scaled_alpha, l1, l2 = scalars[shadow.dtype]
-        tf.raw_ops.ResourceApplyProximalGradientDescent(
-            var=shadow.handle, alpha=scaled_alpha, l1=l1, l2=l2,
-            delta=tf.cast(source, shadow.dtype))
-
-
-def test_an_op_without_a_gpu_kernel_is_reported(batches, monkeypatch):
-    """The train function with that EMA update fails the check, naming the op and its
-    kernels' devices."""
-    monkeypatch.setattr(ema_module.ExponentialMovingAverage, "update", proximal_ema_update)
+def test_an_op_without_a_gpu_kernel_is_reported(tfrecord):
+    """The train function with the EMA update written with ResourceApplyProximalGradientDescent
+    (gpu_kernel_traces.proximal_ema_update) fails the check, naming the op and its kernels'
+    devices."""
     setting = ONE_DEVICE_SETTINGS[0]
     assert setting.precision == "float32" and not setting.uses_xla
-    report = checked(build_and_trace(setting, batches, functions=["train"]), "train")
+    reports = traced([setting], tfrecord, functions=["train"], old_ema=True)
+    report = checked(reports[setting.name], "train")
     assert [m.op_type for m in report.missing] == ["ResourceApplyProximalGradientDescent"]
     assert "GPU" not in report.missing[0].devices
     message = failure_message(setting.name, "train", report)
@@ -354,6 +283,14 @@ def test_the_walk_reaches_nested_xla_functions_dtypes_and_resources():
     assert [n.split()[0] for n in excused.allowed_with_resource] == [
         "ResourceApplyProximalGradientDescent"]
     assert "int32" in report.dtypes_of("MatMul") and report.xla_roots
+
+
+def force_gpu_code_path(monkeypatch) -> None:
+    """MirroredStrategy on the logical CPUs takes its GPU path: each replica's step compiled
+    on its own device under XLA, replica steps without merge_call (gpu_kernel_traces does the
+    same in its child process)."""
+    for module in (mirrored_run, mirrored_strategy):
+        monkeypatch.setattr(module, "_is_gpu_device", lambda device: True)
 
 
 def test_merge_call_in_an_xla_replica_step_fails_to_trace(two_cpu_strategy, monkeypatch):
