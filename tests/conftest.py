@@ -10,8 +10,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from helpers import REFERENCE_DIR  # noqa: E402
+from helpers import PYTHON_ENV, REFERENCE_DIR  # noqa: E402
 from scheduling import DurationRecorder, costliest_groups_first, load_durations  # noqa: E402
+from warm_python import WarmPython  # noqa: E402
 
 # Two logical CPUs, so tf.distribute.MirroredStrategy tests run on this machine.
 # Must happen before TensorFlow initialises its runtime, hence here.
@@ -76,3 +77,26 @@ def two_cpu_strategy():
     """One MirroredStrategy over the two logical CPUs for the whole test run: separate
     strategy objects in one process can collide on collective-op instance keys."""
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def warm_python(tmp_path_factory):
+    """Commands that tests run as processes start from a server that has TensorFlow imported
+    (warm_python.py): `helpers.python()` and the package's console scripts on PATH reach it.
+    EFFICIENTDET_TEST_WARM=0 runs every command from a cold start instead."""
+    if os.environ.get("EFFICIENTDET_TEST_WARM", "1") == "0":
+        yield None
+        return
+    server = WarmPython(str(tmp_path_factory.mktemp("warm-python")))
+    saved = {name: os.environ.get(name) for name in ("PATH", PYTHON_ENV)}
+    os.environ["PATH"] = server.bin_dir + os.pathsep + os.environ["PATH"]
+    os.environ[PYTHON_ENV] = server.python
+    try:
+        yield server
+    finally:
+        server.close()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -9,6 +9,7 @@ import http.server
 import logging
 import os
 import shutil
+import sys
 import tarfile
 import threading
 import time
@@ -27,8 +28,25 @@ REFERENCE_DIR = os.path.join(REPO_ROOT, "..", "shared", "reference")
 HPARAMS_DIR = os.path.join(REPO_ROOT, "hparams")
 # The Python of the device clients' environment (MediaPipe, the Task Library; see
 # tests/clients/requirements.txt), made by `make test`.
+# Where conftest's warm_python fixture puts the launcher of a Python with TensorFlow imported.
+PYTHON_ENV = "EFFICIENTDET_TEST_PYTHON"
 CLIENTS_PYTHON = os.environ.get("EFFICIENTDET_CLIENTS_PYTHON",
                                 os.path.join(REPO_ROOT, ".venv-clients", "bin", "python"))
+
+
+def python() -> str:
+    """The Python for commands a test runs as processes, when the test is not about starting
+    one: the warm launcher (warm_python.py) in a test run, else this interpreter."""
+    return os.environ.get(PYTHON_ENV, sys.executable)
+
+
+def command_environment(**overrides) -> dict:
+    """os.environ for a shell command: the package's console scripts first on PATH (the warm
+    launchers in a test run, then this environment's installed ones)."""
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])
+    if os.environ.get(PYTHON_ENV):
+        path = os.path.dirname(os.environ[PYTHON_ENV]) + os.pathsep + path
+    return dict(os.environ, PATH=path, **overrides)
 
 
 def tiny_config(model_name: str = "efficientdet-d0", **overrides):

@@ -3,11 +3,10 @@ error line for a model that is not there."""
 
 import re
 import subprocess
-import sys
 
 import pytest
 
-from helpers import REPO_ROOT, tiny_config, write_image, write_model_dir
+from helpers import REPO_ROOT, python, tiny_config, write_image, write_model_dir
 
 # "  network     median 12.3 ms, p90 14.0 ms per batch, 162.6 images/s"
 FIGURES = re.compile(r"^  (network|end to end)\s+median ([\d.]+) ms, p90 ([\d.]+) ms per batch, "
@@ -15,7 +14,7 @@ FIGURES = re.compile(r"^  (network|end to end)\s+median ([\d.]+) ms, p90 ([\d.]+
 
 
 def run_bench(*args):
-    return subprocess.run([sys.executable, "-m", "efficientdet_keras.cli.bench", *args],
+    return subprocess.run([python(), "-m", "efficientdet_keras.cli.bench", *args],
                           capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from helpers import REPO_ROOT, tiny_config
+from helpers import REPO_ROOT, python, tiny_config
 from efficientdet_keras.detection.anchor_fit import (ENOUGH_MATCHED_UNMATCHED, AnchorSettings,
                                           best_anchor_iou, recommend_anchors, suggest_anchors,
                                           unmatched_share)
@@ -241,7 +241,7 @@ def test_count_records_shows_a_progress_bar(tmp_path, capsys):
 
 
 def run_tool(*args, cwd):
-    return subprocess.Popen([sys.executable, os.path.join(REPO_ROOT, "tools", "check_data.py")]
+    return subprocess.Popen([python(), os.path.join(REPO_ROOT, "tools", "check_data.py")]
                             + list(args), cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 

@@ -6,13 +6,13 @@ import time
 
 import pytest
 
-from helpers import REPO_ROOT
+from helpers import REPO_ROOT, python
 
 
 @pytest.mark.quick
 def test_summary_tool_prints_parts_and_levels():
     result = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "tools", "summary.py"),
+        [python(), os.path.join(REPO_ROOT, "tools", "summary.py"),
          "--model_name=efficientdet-lite0", "--hparams=image_size=256x128,num_classes=3"],
         capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -24,7 +24,7 @@ def test_summary_tool_prints_parts_and_levels():
 
 def test_summary_tool_rejects_unknown_key():
     result = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "tools", "summary.py"), "--hparams=num_clases=3"],
+        [python(), os.path.join(REPO_ROOT, "tools", "summary.py"), "--hparams=num_clases=3"],
         capture_output=True, text=True, timeout=300)
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
@@ -34,7 +34,7 @@ def test_summary_tool_rejects_unknown_key():
 
 def test_bench_postprocess_prints_figures():
     result = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "benchmarks", "bench.py"), "--what=postprocess",
+        [python(), os.path.join(REPO_ROOT, "benchmarks", "bench.py"), "--what=postprocess",
          "--model_name=efficientdet-lite0", "--image_size=128", "--batch_size=1", "--repeats=1"],
         capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -160,7 +160,7 @@ def tiny_run(tmp_path_factory):
 
 def run_eval_tool(model_dir, pattern, *extra):
     return subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "tools", "eval.py"), "--model_dir=%s" % model_dir,
+        [python(), os.path.join(REPO_ROOT, "tools", "eval.py"), "--model_dir=%s" % model_dir,
          "--val_file_pattern=%s" % pattern, "--batch_size=2", "--use_ema=false",
          "--progress=false", *extra], capture_output=True, text=True, timeout=300, env=tool_env())
 

@@ -2,7 +2,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -10,7 +9,7 @@ import tensorflow as tf
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from helpers import REPO_ROOT
+from helpers import REPO_ROOT, python
 from efficientdet_keras.data.tfrecord_writer import write_tfrecords
 from efficientdet_keras.data.coco_records import load_coco_records
 from efficientdet_keras.data.tf_example import parse_tf_example
@@ -20,7 +19,7 @@ TOOL = os.path.join(REPO_ROOT, "tools", "create_tfrecord.py")
 
 
 def run_tool(*args):
-    return subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True,
+    return subprocess.run([python(), TOOL, *args], capture_output=True, text=True,
                           timeout=120)
 
 

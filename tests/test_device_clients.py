@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import CLIENTS_PYTHON, REPO_ROOT, confident_model, synthetic_images
+from helpers import CLIENTS_PYTHON, REPO_ROOT, confident_model, python, synthetic_images
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
 from efficientdet_keras.export import tflite, tflite_metadata
 from efficientdet_keras.inference.detector import Detector
@@ -185,12 +185,11 @@ def test_every_detection_file_carries_metadata_and_its_label_file(exported):
 def test_label_map_beyond_num_classes_is_one_clear_line(tmp_path):
     """The label file has one line per class: a map naming more classes stops the export
     before any work, in one line naming label_map."""
-    import sys
     from helpers import tiny_config
     config = tiny_config("efficientdet-lite0", image_size=64, label_map=dict(LABEL_MAP))
     config.save_yaml(str(tmp_path))
     result = subprocess.run(
-        [sys.executable, "-m", "efficientdet_keras.cli.export", "--model_dir=%s" % tmp_path,
+        [python(), "-m", "efficientdet_keras.cli.export", "--model_dir=%s" % tmp_path,
          "--format=tflite", "--export_dir=%s" % (tmp_path / "out"), "--hparams=num_classes=1"],
         capture_output=True, text=True, timeout=300)
     assert result.returncode == 1, result.stderr[-2000:]

@@ -15,7 +15,6 @@ XLA-compiled replica steps without all-reduce.
 
 import os
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -24,7 +23,7 @@ import tensorflow as tf
 import tf_keras as keras
 from tensorflow.python.distribute import mirrored_run, mirrored_strategy
 
-from helpers import REPO_ROOT, tiny_config
+from helpers import REPO_ROOT, python, tiny_config
 from efficientdet_keras import EfficientDetNet, restore_ckpt
 from efficientdet_keras.checkpoint import EMA_SUFFIX, variable_name
 from efficientdet_keras.data.pipeline import InputPipeline
@@ -233,7 +232,7 @@ def test_precision_default_depends_on_the_strategy(strategy, configured, expecte
 def test_unreachable_tpu_fails_fast_with_one_line(tmp_path):
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "tools", "train.py"), "--demo",
+        [python(), os.path.join(REPO_ROOT, "tools", "train.py"), "--demo",
          "--model_dir=%s" % (tmp_path / "run"), "--strategy=tpu", "--tpu=grpc://127.0.0.1:1"],
         capture_output=True, text=True, timeout=120)
     assert time.monotonic() - started < 60

@@ -16,13 +16,12 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 
 from doc_blocks import all_blocks, written_pages
-from helpers import (CLIENTS_PYTHON, HPARAMS_DIR, REFERENCE_DIR, REPO_ROOT,
-                     built_once_per_run, released_models_served, write_backbone_checkpoint)
+from helpers import (CLIENTS_PYTHON, HPARAMS_DIR, REFERENCE_DIR, REPO_ROOT, built_once_per_run,
+                     command_environment, released_models_served, write_backbone_checkpoint)
 
 WORKED_EXAMPLE = ("docs/guides/training.md", "Fine-tuning a released checkpoint on your own data")
 BLOCKS = all_blocks()
@@ -210,8 +209,7 @@ def _run_in_clients_environment(block, sandbox):
 
 
 def _run_command(command, cwd):
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    result = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True,
+    result = subprocess.run(["bash", "-c", command], cwd=cwd, env=command_environment(), capture_output=True,
                             text=True, timeout=900)
     assert result.returncode == 0, "%s\nexited %d:\n%s" % (command, result.returncode,
                                                           result.stderr[-4000:])

@@ -4,7 +4,6 @@ import logging
 import os
 import shutil
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -12,7 +11,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from helpers import REPO_ROOT, tiny_config
+from helpers import REPO_ROOT, python, tiny_config
 from efficientdet_keras import EfficientDetNet, save_ckpt
 from efficientdet_keras.checkpoint.archive import CheckpointArchive
 from efficientdet_keras.checkpoint import variable_name
@@ -42,7 +41,7 @@ def run_dir(tmp_path_factory):
 
 
 def run_tool(*args):
-    return subprocess.run([sys.executable, EVAL_TOOL, *args, "--progress=false"],
+    return subprocess.run([python(), EVAL_TOOL, *args, "--progress=false"],
                           capture_output=True, text=True, timeout=600)
 
 
@@ -180,7 +179,7 @@ def test_train_eval_mode_follows_the_runs_config_and_stops_after_its_final_epoch
     model_dir, data = run_dir
     model_dir = copy_run(model_dir, tmp_path / "run")
     # No --hparams or --num_epochs: the tiny model and num_epochs=2 come from config.yaml.
-    args = [sys.executable, TRAIN_TOOL, "--mode=eval", "--model_dir=%s" % model_dir,
+    args = [python(), TRAIN_TOOL, "--mode=eval", "--model_dir=%s" % model_dir,
             "--val_file_pattern=%s" % data.val_tfrecord, "--val_json_file=%s" % data.val_json,
             "--eval_timeout=120"]
     result = subprocess.run(args, capture_output=True, text=True, timeout=600)
@@ -228,7 +227,7 @@ def test_the_evaluator_waits_while_a_trainer_runs_then_stops_on_its_own(run_dir,
 
 def test_train_eval_mode_stops_by_default_when_the_trainer_is_gone(run_dir, tmp_path):
     model_dir, data, _ = unfinished_run(run_dir, tmp_path, checkpoint_age_s=7200)
-    args = [sys.executable, TRAIN_TOOL, "--mode=eval", "--model_dir=%s" % model_dir,
+    args = [python(), TRAIN_TOOL, "--mode=eval", "--model_dir=%s" % model_dir,
             "--val_file_pattern=%s" % data.val_tfrecord, "--val_json_file=%s" % data.val_json]
     result = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -247,10 +246,10 @@ def test_ids_that_do_not_match_the_json_stop_both_tools_before_any_work(run_dir,
     other_json.write_text(json.dumps(groundtruth))
     train_dir = tmp_path / "train_run"
     commands = {
-        "efficientdet-eval": [sys.executable, EVAL_TOOL, "--model_dir=%s" % model_dir,
+        "efficientdet-eval": [python(), EVAL_TOOL, "--model_dir=%s" % model_dir,
                               "--val_file_pattern=%s" % data.val_tfrecord,
                               "--val_json_file=%s" % other_json],
-        "efficientdet-train": [sys.executable, TRAIN_TOOL, "--mode=traineval",
+        "efficientdet-train": [python(), TRAIN_TOOL, "--mode=traineval",
                                "--model_dir=%s" % train_dir,
                                "--train_file_pattern=%s" % data.train_tfrecord,
                                "--val_file_pattern=%s" % data.val_tfrecord,

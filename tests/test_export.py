@@ -2,13 +2,12 @@ import json
 import os
 import re
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from helpers import REPO_ROOT, tiny_config
+from helpers import REPO_ROOT, python, tiny_config
 from efficientdet_keras import EfficientDetNet, restore_ckpt, save_ckpt
 from efficientdet_keras.checkpoint import variable_name
 from efficientdet_keras.data.augment import resize_crop_pad
@@ -25,7 +24,7 @@ def tool(name):
 
 
 def run(args, timeout=600):
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([python(), *args], capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import subprocess
-import sys
 import time
 import types
 
@@ -18,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from helpers import REPO_ROOT, tiny_config
+from helpers import REPO_ROOT, python, tiny_config
 from efficientdet_keras.checkpoint.archive import CheckpointArchive
 from efficientdet_keras.checkpoint import save_ckpt
 from efficientdet_keras.config import get_efficientdet_config
@@ -263,7 +262,7 @@ def test_rerun_with_another_config_stops_before_writing_anything(tmp_path):
     config.save_yaml(str(model_dir))
     before = open(model_dir / "config.yaml").read()
     result = subprocess.run(
-        [sys.executable, TRAIN_TOOL, "--demo", "--demo_images=2", "--model_dir=%s" % model_dir,
+        [python(), TRAIN_TOOL, "--demo", "--demo_images=2", "--model_dir=%s" % model_dir,
          "--hparams=image_size=128,steps_per_epoch=1", "--mode=train"],
         capture_output=True, text=True, timeout=300)
     assert result.returncode != 0, result.stderr[-2000:]

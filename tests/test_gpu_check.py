@@ -3,10 +3,10 @@ rows, each in its own process), and the pieces of its table."""
 
 import re
 import subprocess
-import sys
 
 import pytest
 
+from helpers import python
 from efficientdet_keras.training import device_check
 from efficientdet_keras.training.device_check import (FAILED, SKIPPED, TIMED_OUT, WORKS,
                                                       CheckOptions, RowResult)
@@ -23,7 +23,7 @@ WORKING_ROW = re.compile(r"^(\S+(?: \S+)*)\s+([\d.]+) s\s+([\d.]+)\s+([\d,]+) MB
 
 
 def run_check(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "efficientdet_keras.cli.gpu_check", *args],
+    return subprocess.run([python(), "-m", "efficientdet_keras.cli.gpu_check", *args],
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -164,7 +164,7 @@ def test_settings_are_chosen_by_name_in_table_order():
 
 
 def python_child(code):
-    return [sys.executable, "-c", code]
+    return [python(), "-c", code]
 
 
 def test_a_row_reads_its_childs_json_line_or_its_crash_or_timeout():

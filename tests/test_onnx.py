@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tf_keras
 
-from helpers import (FAST, confident_model, synthetic_images, tiny_config, write_image,
+from helpers import (FAST, confident_model, python, synthetic_images, tiny_config, write_image,
                      write_tfrecord)
 from efficientdet_keras import Detector, EfficientDetNet, save_ckpt
 from efficientdet_keras.data.pipeline import InputPipeline
@@ -59,7 +59,7 @@ def exported(tmp_path_factory):
 
 def run_tool(name, *args):
     """An efficientdet-* command in its own process (each CLI module defines its flags)."""
-    return subprocess.run([sys.executable, "-m", "efficientdet_keras.cli." + name, *args],
+    return subprocess.run([python(), "-m", "efficientdet_keras.cli." + name, *args],
                           capture_output=True, text=True, timeout=900)
 
 

@@ -4,13 +4,12 @@ augmentation throughput benchmark (benchmarks/bench.py --what=augment)."""
 import io
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import REPO_ROOT, bright_box_image, tiny_config, write_image, write_tfrecord
+from helpers import REPO_ROOT, bright_box_image, python, tiny_config, write_image, write_tfrecord
 from efficientdet_keras.data.sources import RecordsSource, TFRecordSource
 from efficientdet_keras.data.preview import augmented_examples, preview_grid
 from efficientdet_keras.data.records import ImageRecord
@@ -105,7 +104,7 @@ def test_preview_tiles_show_the_images_and_boxes_the_pipeline_gives(records):
 def run_tool(tool, *args, cwd):
     """tools/<tool>, or benchmarks/bench.py for "bench.py"."""
     folder = "benchmarks" if tool == "bench.py" else "tools"
-    return subprocess.Popen([sys.executable, os.path.join(REPO_ROOT, folder, tool)]
+    return subprocess.Popen([python(), os.path.join(REPO_ROOT, folder, tool)]
                             + list(args), cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 

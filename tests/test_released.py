@@ -7,7 +7,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -20,7 +19,7 @@ from efficientdet_keras.checkpoint import (RELEASED_CHECKPOINTS, ReleasedCheckpo
 from efficientdet_keras.checkpoint.download import PROVENANCE_FILE
 from efficientdet_keras.config import MODEL_NAMES, get_efficientdet_config
 from efficientdet_keras.config.label_maps import COCO_LABEL_MAP, VOC_LABEL_MAP, label_names
-from helpers import (LoopbackServer, released_models_served, tiny_config,
+from helpers import (LoopbackServer, command_environment, python, released_models_served, tiny_config,
                      write_backbone_checkpoint, write_release_archive)
 
 # The ids the COCO annotation files leave unused between 1 and 90.
@@ -213,7 +212,7 @@ def test_two_processes_download_once(published, tmp_path):
     cache = str(tmp_path / "cache")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     with LoopbackServer(published, delay_seconds=3.0) as server:  # Slow: the two overlap.
-        processes = [subprocess.Popen([sys.executable, "-c", _FETCH, cache, server.url],
+        processes = [subprocess.Popen([python(), "-c", _FETCH, cache, server.url],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                       text=True) for _ in range(2)]
         outputs = [p.communicate(timeout=300) for p in processes]
@@ -305,8 +304,7 @@ def test_detector_by_name_has_coco_class_names(served_models):
 
 
 def test_tools_take_names_and_fail_in_one_line_offline(served_models, tmp_path):
-    env = dict(os.environ,
-               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    env = command_environment()
     out_dir = tmp_path / "out"
     image = tmp_path / "photo.png"
     from helpers import write_image

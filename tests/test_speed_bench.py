@@ -3,11 +3,10 @@ each figure from a child process; a tiny run and the table's parsing and ratios.
 
 import os
 import subprocess
-import sys
 
 import pytest
 
-from helpers import REPO_ROOT
+from helpers import REPO_ROOT, python
 
 
 # Smaller BiFPN and heads and a frozen backbone: the children trace in seconds, not minutes.
@@ -15,7 +14,7 @@ SMALL_D0 = "fpn_num_filters=16,fpn_cell_repeats=1,box_class_repeats=1,var_freeze
 
 
 def run_bench(*args, cwd):
-    return subprocess.run([sys.executable, os.path.join(REPO_ROOT, "benchmarks", "bench.py"),
+    return subprocess.run([python(), os.path.join(REPO_ROOT, "benchmarks", "bench.py"),
                            "--what=speed", *args], capture_output=True, text=True, cwd=cwd,
                           timeout=900)
 
@@ -81,7 +80,7 @@ print("checked")
 
 @pytest.mark.quick
 def test_child_output_and_ratio_formatting():
-    result = subprocess.run([sys.executable, "-c", PARSING_CHECKS], capture_output=True,
+    result = subprocess.run([python(), "-c", PARSING_CHECKS], capture_output=True,
                             text=True, cwd=REPO_ROOT, timeout=300)
     assert result.returncode == 0 and result.stdout.strip() == "checked", result.stderr[-2000:]
 
@@ -130,6 +129,6 @@ print("checked")
 
 @pytest.mark.quick
 def test_rounds_alternate_the_paths_and_the_table_gives_medians_and_ratio_ranges():
-    result = subprocess.run([sys.executable, "-c", ROUNDS_CHECKS], capture_output=True,
+    result = subprocess.run([python(), "-c", ROUNDS_CHECKS], capture_output=True,
                             text=True, cwd=REPO_ROOT, timeout=300)
     assert result.returncode == 0 and result.stdout.strip() == "checked", result.stderr[-2000:]

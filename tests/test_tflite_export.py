@@ -12,12 +12,11 @@ import json
 import os
 import re
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from helpers import FAST, confident_model, synthetic_images, tiny_config
+from helpers import FAST, confident_model, python, synthetic_images, tiny_config
 from efficientdet_keras import EfficientDetNet, save_ckpt
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
 from efficientdet_keras.export import tflite, tflite_parity
@@ -105,7 +104,7 @@ def test_float16_halves_the_file_and_stays_close_to_float32(lite0, workdir):
 
 def run_export_tool(*args):
     """efficientdet-export in its own process (the CLI modules each define their flags)."""
-    return subprocess.run([sys.executable, "-m", "efficientdet_keras.cli.export", *args],
+    return subprocess.run([python(), "-m", "efficientdet_keras.cli.export", *args],
                           capture_output=True, text=True, timeout=600)
 
 

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from helpers import REPO_ROOT, tiny_config
+from helpers import REPO_ROOT, python, tiny_config
 from efficientdet_keras import EfficientDetNet
 from efficientdet_keras.data.pipeline import InputPipeline
 from efficientdet_keras.data.sources import TFRecordSource
@@ -230,7 +230,7 @@ def test_a_stretch_trained_file_is_fed_stretched_images(tmp_path):
 
 
 def run_tool(name, *args):
-    return subprocess.run([sys.executable, os.path.join(REPO_ROOT, "tools", name + ".py"), *args],
+    return subprocess.run([python(), os.path.join(REPO_ROOT, "tools", name + ".py"), *args],
                           capture_output=True, text=True, timeout=600)
 
 
