@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import zlib
 
 import numpy as np
 import pytest
@@ -96,6 +97,33 @@ def mutated(image_id, change):
     return proto
 
 
+def claiming(image_format, width, height):
+    """Image bytes whose header claims width x height pixels (a decompression bomb's header);
+    what follows it is a small image's data, or nothing."""
+    if image_format == "jpeg":
+        data = bytearray(jpeg())
+        frame = data.index(b"\xff\xc0")  # The baseline frame header: height, then width.
+        data[frame + 5:frame + 9] = height.to_bytes(2, "big") + width.to_bytes(2, "big")
+        return bytes(data)
+    if image_format == "png":
+        data = bytearray(tf.io.encode_png(np.zeros([4, 4, 3], np.uint8)).numpy())
+        data[16:24] = width.to_bytes(4, "big") + height.to_bytes(4, "big")  # IHDR.
+        data[29:33] = zlib.crc32(bytes(data[12:29])).to_bytes(4, "big")  # Its checksum.
+        return bytes(data)
+    from PIL import Image
+    saved = io.BytesIO()
+    Image.fromarray(np.zeros([4, 4, 3], np.uint8)).save(saved, format=image_format)
+    data = bytearray(saved.getvalue())
+    if image_format == "gif":  # The logical screen, then the image descriptor after the palette.
+        data[6:10] = width.to_bytes(2, "little") + height.to_bytes(2, "little")
+        descriptor = data.index(b",", 13)
+        data[descriptor + 5:descriptor + 9] = data[6:10]
+        return bytes(data)
+    # BMP: a top-down bitmap stores its height negative.
+    data[18:26] = width.to_bytes(4, "little") + (-height).to_bytes(4, "little", signed=True)
+    return bytes(data)
+
+
 # (case, the bad record, kind counted, text naming the record; "#N of" is added).
 # Record i of the file is bad case i // 2; good records (ids 1000+) sit between them.
 TFRECORD_CASES = [
@@ -132,6 +160,16 @@ TFRECORD_CASES = [
      "missing_images", "record source_id {i} / img{i}.jpg"),
     ("not_an_image", lambda i: example(i, encoded=b"GIF? no, plain text"), "undecodable_images",
      "record source_id {i} / img{i}.jpg"),
+    ("jpeg_claiming_60000x60000", lambda i: example(i, encoded=claiming("jpeg", 60000, 60000)),
+     "oversized_images", "record source_id {i} / img{i}.jpg"),
+    ("png_claiming_100000x100000",
+     lambda i: example(i, encoded=claiming("png", 100000, 100000)), "oversized_images",
+     "record source_id {i} / img{i}.jpg"),
+    ("gif_claiming_65535x65535", lambda i: example(i, encoded=claiming("gif", 65535, 65535)),
+     "oversized_images", "record source_id {i} / img{i}.jpg"),
+    ("bmp_claiming_100000x100000",
+     lambda i: example(i, encoded=claiming("bmp", 100000, 100000)), "oversized_images",
+     "record source_id {i} / img{i}.jpg"),
     ("boxes_in_pixels",
      lambda i: mutated(i, set_feature("image/object/bbox/ymax", "float_list", [35.0])),
      "pixel_boxes", "record source_id {i} / img{i}.jpg"),
@@ -156,6 +194,15 @@ def test_bad_tfrecord_record_is_skipped_with_a_warning_naming_it(tfrecord_pass, 
     assert any(line.startswith("Data: %s in %s" % (kind.replace("_", " "), named))
                for line in lines), (named, lines)
     assert str(case) not in good_ids
+
+
+def test_an_oversized_image_is_named_with_the_size_its_header_claims(tfrecord_pass):
+    _, _, _, lines = tfrecord_pass
+    claims = sorted(int(line.split("its header claims ")[1].split()[0]) for line in lines
+                    if "its header claims" in line)
+    assert claims == [60000 * 60000, 65535 * 65535, 100000 * 100000, 100000 * 100000]
+    assert all("more than the 178,956,970 an image may have here (tile or downscale it)" in line
+               for line in lines if "its header claims" in line)
 
 
 def test_bad_tfrecord_records_are_counted_and_the_good_ones_all_arrive(tfrecord_pass):

@@ -9,10 +9,12 @@ the published paths, e.g. <base>/efficientdet/coco2/efficientdet-d0.tar.gz), els
 published address. Without network, put the archive (or the folder it unpacks to) in the
 cache, or pass the folder's path instead of the name.
 
-`keras.utils.get_file` downloads (with its progress bar), checks a digest when one is known,
-and unpacks. It does so in a private staging folder: the unpacked folder is checked and then
-renamed into the cache in one step, so a reader never sees half an archive, and a failed or
-interrupted download leaves nothing behind. A lock file per checkpoint makes a second process
+`keras.utils.get_file` downloads (with its progress bar) into a private staging folder. There
+the archive's SHA-256 is checked against a pinned digest (digests.py) or the registry's, when
+either is known; the archive is unpacked with every member checked first (unpack.py: nothing in
+it can be written outside the staging folder); the unpacked folder must hold the named model;
+then it is renamed into the cache in one step, so a reader never sees half an archive, and a
+failed, refused or interrupted download leaves nothing behind. A lock file per checkpoint makes a second process
 (another worker, another test) wait for the first download instead of repeating it.
 """
 
@@ -20,12 +22,14 @@ import contextlib
 import datetime
 import glob
 import hashlib
+import ipaddress
 import json
 import os
 import shutil
 import socket
 import tarfile
 import tempfile
+import urllib.parse
 import zlib
 from typing import Iterator, Optional
 
@@ -35,10 +39,12 @@ import tf_keras as keras
 from absl import logging
 
 from efficientdet_keras.checkpoint.architecture import infer_architecture
+from efficientdet_keras.checkpoint.digests import digests_file, pinned_digest
 from efficientdet_keras.checkpoint.paths import resolve_checkpoint_path
 from efficientdet_keras.checkpoint.released import (BACKBONE, DEFAULT_BASE_URL,
                                                     RELEASED_CHECKPOINTS, ReleasedCheckpoint,
                                                     find_released)
+from efficientdet_keras.checkpoint.unpack import UnsafeArchive, unpack_archive
 
 HOME_ENV = "EFFICIENTDET_KERAS_HOME"
 BASE_URL_ENV = "EFFICIENTDET_KERAS_BASE_URL"
@@ -95,8 +101,10 @@ def released_checkpoint_dir(name: str, cache: Optional[str] = None, base: Option
       ValueError: an unknown name (the message lists the known ones).
       ReleasedCheckpointUnavailable (a FileNotFoundError): not cached and not downloadable;
         one line naming the model, the address tried and where to put the archive by hand.
-      ReleasedCheckpointInvalid (a ValueError): the archive is damaged, has another digest,
-        or holds another model; nothing is kept in the cache.
+      ReleasedCheckpointInvalid (a ValueError): the archive is damaged, has another digest
+        than the one pinned (digests.py) or registered, holds a member that would be written
+        outside its folder, or holds another model; nothing is kept in the cache. Also a cached
+        folder fetched with another digest than the one pinned now.
     """
     if name not in RELEASED_CHECKPOINTS:
         raise ValueError("%r is not a released checkpoint; known names: %s"
@@ -109,9 +117,27 @@ def released_checkpoint_dir(name: str, cache: Optional[str] = None, base: Option
         with _download_lock(cache, entry):
             if not os.path.isdir(folder):
                 _fetch_into_cache(entry, cache, folder, archive_url(entry, base), timeout)
-    if not os.path.exists(os.path.join(folder, PROVENANCE_FILE)):
+    provenance = os.path.join(folder, PROVENANCE_FILE)
+    if not os.path.exists(provenance):
         check_release(folder, entry)  # Placed by hand; a fetched folder was checked before.
+    else:
+        _check_cached_digest(entry, folder, provenance, cache)
     return folder
+
+
+def _check_cached_digest(entry: ReleasedCheckpoint, folder: str, provenance: str,
+                         cache: str) -> None:
+    """A digest pinned after the folder was fetched must be the one it was fetched with."""
+    pinned = pinned_digest(entry.file_name, cache)
+    if pinned is None:
+        return
+    with open(provenance) as f:
+        fetched = json.load(f).get("sha256")
+    if fetched != pinned:
+        raise ReleasedCheckpointInvalid(
+            "%s: %s was unpacked from an archive with sha256 %s, but %s pins %s; delete the "
+            "folder to fetch the pinned archive" % (entry.name, folder, fetched,
+                                                   digests_file(cache), pinned))
 
 
 def check_release(folder: str, entry: ReleasedCheckpoint) -> None:
@@ -159,18 +185,28 @@ def _fetch_into_cache(entry: ReleasedCheckpoint, cache: str, folder: str, url: s
     try:
         placed = os.path.join(cache, entry.file_name)
         source = placed if os.path.isfile(placed) else url
+        archive = os.path.join(staging, entry.file_name)
         if source == placed:  # get_file finds it and downloads nothing.
-            _link_or_copy(placed, os.path.join(staging, entry.file_name))
-        _get_file(entry, staging, url, source, cache, timeout)
+            _link_or_copy(placed, archive)
+        elif travels_in_clear(url):
+            logging.warning("%s: downloading over plain http from %s, where anyone on the way "
+                            "can change the archive; pin its digest in %s (see the released "
+                            "models guide)", entry.name, url, digests_file(cache))
+        _get_file(entry, staging, url, cache, timeout)
+        digest = _sha256(archive)
+        pinned = pinned_digest(entry.file_name, cache)
+        _check_digest(entry, source, digest, pinned, cache)
+        _unpack(entry, source, archive, staging)
         unpacked = os.path.join(staging, entry.unpacks_to)
         if not os.path.isdir(unpacked):
             raise ReleasedCheckpointInvalid(
                 "%s: %s does not unpack to a folder %s/" % (entry.name, source, entry.unpacks_to))
         check_release(unpacked, entry)
-        archive = os.path.join(staging, entry.file_name)
         with open(os.path.join(unpacked, PROVENANCE_FILE), "w") as f:
-            json.dump({"name": entry.name, "source": source, "sha256": _sha256(archive),
+            json.dump({"name": entry.name, "source": source, "sha256": digest,
                        "bytes": os.path.getsize(archive),
+                       "verified": ("pinned sha256" if pinned else "registry sha256"
+                                    if entry.sha256 else "contents only: no digest known"),
                        "fetched": datetime.datetime.now(datetime.timezone.utc).isoformat(
                            timespec="seconds")}, f, indent=1)
         os.replace(unpacked, folder)
@@ -179,22 +215,36 @@ def _fetch_into_cache(entry: ReleasedCheckpoint, cache: str, folder: str, url: s
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _get_file(entry: ReleasedCheckpoint, staging: str, url: str, source: str, cache: str,
-              timeout: float) -> None:
-    """keras.utils.get_file into `staging`, its errors turned into one line each."""
+def _check_digest(entry: ReleasedCheckpoint, source: str, digest: str, pinned: Optional[str],
+                  cache: str) -> None:
+    """The archive's digest against the pinned one, and against the registry's."""
+    for expected, whose in ((pinned, "the one pinned in %s" % digests_file(cache)),
+                            (entry.sha256, "the registry's")):
+        if expected and digest != expected:
+            raise ReleasedCheckpointInvalid(
+                "%s: the archive from %s has sha256 %s, not %s %s; it was not kept"
+                % (entry.name, source, digest, whose, expected))
+
+
+def _unpack(entry: ReleasedCheckpoint, source: str, archive: str, staging: str) -> None:
+    """unpack_archive into `staging`, its errors turned into one line each."""
     try:
-        with _socket_timeout(timeout):
-            keras.utils.get_file(fname=entry.file_name, origin=url, cache_dir=staging,
-                                 cache_subdir="", file_hash=entry.sha256,
-                                 hash_algorithm="sha256", extract=True)
-    except ValueError as e:  # get_file's digest check.
-        found = _sha256(os.path.join(staging, entry.file_name))
-        raise ReleasedCheckpointInvalid(
-            "%s: the archive from %s has sha256 %s, not the registry's %s; it was not kept"
-            % (entry.name, source, found, entry.sha256)) from e
+        unpack_archive(archive, staging)
+    except UnsafeArchive as e:
+        raise ReleasedCheckpointInvalid("%s: the archive from %s was refused: %s; nothing was "
+                                        "kept" % (entry.name, source, e)) from None
     except (tarfile.TarError, EOFError, zlib.error) as e:
         raise ReleasedCheckpointInvalid("%s: %s is not a readable archive (%s); nothing was kept"
                                         % (entry.name, source, e)) from e
+
+
+def _get_file(entry: ReleasedCheckpoint, staging: str, url: str, cache: str,
+              timeout: float) -> None:
+    """keras.utils.get_file into `staging` (download only), its errors turned into one line."""
+    try:
+        with _socket_timeout(timeout):
+            keras.utils.get_file(fname=entry.file_name, origin=url, cache_dir=staging,
+                                 cache_subdir="", extract=False)
     except Exception as e:  # noqa: BLE001 (get_file raises a bare Exception for URL failures)
         reason = ("no answer within %g s" % timeout if isinstance(e, TimeoutError)
                   else str(e).rsplit(" -- ", 1)[-1])
@@ -202,6 +252,19 @@ def _get_file(entry: ReleasedCheckpoint, staging: str, url: str, source: str, ca
             "%s: cannot download %s (%s). Without network, put %s (or the %s/ folder it "
             "unpacks to) in %s, or pass that folder's path instead of the name"
             % (entry.name, url, reason, entry.file_name, entry.unpacks_to, cache)) from e
+
+
+def travels_in_clear(url: str) -> bool:
+    """Whether an archive from `url` crosses a network unencrypted: plain http to a host that
+    is not this machine."""
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme != "http":
+        return False
+    host = parsed.hostname or ""
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host != "localhost"
 
 
 def _link_or_copy(source: str, target: str) -> None:

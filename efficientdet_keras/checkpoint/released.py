@@ -14,7 +14,8 @@ Checksums: none is published for any of these archives, and none can be taken he
 network), so `sha256` is None. In its place every archive is checked for what it claims to
 be: it must unpack to the listed folder, hold a name-based checkpoint, and its variable names
 and shapes must be those of the named model (`checkpoint.architecture`). The digest of each
-downloaded archive is kept beside it in the cache (download.py), so a mirror can be compared.
+downloaded archive is kept beside it in the cache (download.py), so a mirror can be compared,
+and an organisation can pin the digests of the archives it mirrors (digests.py).
 """
 
 import dataclasses

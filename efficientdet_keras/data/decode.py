@@ -29,11 +29,12 @@ import tensorflow as tf
 from absl import logging
 
 from efficientdet_keras.data.image_ids import image_id_to_int64_graph
+from efficientdet_keras.data.image_limits import MAX_IMAGE_PIXELS
 
 # Record-level problems: the record is skipped. The order is the order of the checks.
 SKIP_KINDS = ("truncated_files", "unparseable_examples", "mismatched_box_lists",
               "label_box_count_mismatches", "mismatched_crowd_or_area", "missing_images",
-              "unreadable_image_files", "undecodable_images", "pixel_boxes")
+              "unreadable_image_files", "oversized_images", "undecodable_images", "pixel_boxes")
 # Box-level repairs and other warnings: the record is kept.
 REPAIR_KINDS = ("nan_boxes_dropped", "inverted_boxes_dropped", "bad_class_boxes_dropped",
                 "boxes_clipped", "empty_boxes_dropped", "instances_truncated", "size_mismatches")
@@ -208,6 +209,41 @@ def image_format_graph(data: tf.Tensor) -> tf.Tensor:
     return name
 
 
+def _unsigned(data: tf.Tensor, offset: int, size: int, big_endian: bool) -> tf.Tensor:
+    """The unsigned integer of `size` bytes at `offset` of a string scalar (int64; 0 where the
+    string is too short)."""
+    padded = tf.strings.join([data, b"\0" * (offset + size)])
+    raw = tf.io.decode_raw(tf.strings.substr(padded, offset, size), tf.uint8)
+    weights = [256 ** (size - 1 - i) if big_endian else 256 ** i for i in range(size)]
+    return tf.reduce_sum(tf.cast(raw, tf.int64) * tf.constant(weights, tf.int64))
+
+
+def header_pixels(data: tf.Tensor, image_format: tf.Tensor) -> tf.Tensor:
+    """The pixel count the image's header claims (int64 scalar), read without decoding: the
+    JPEG frame header (an error when it has none), PNG's IHDR, GIF's logical screen, BMP's
+    info header; 0 for other bytes."""
+    def jpeg():
+        shape = tf.cast(tf.image.extract_jpeg_shape(data), tf.int64)
+        return shape[0] * shape[1]
+    png = _unsigned(data, 16, 4, True) * _unsigned(data, 20, 4, True)
+    gif = _unsigned(data, 6, 2, False) * _unsigned(data, 8, 2, False)
+    bmp_height = _unsigned(data, 22, 4, False)  # Negative (top-down rows) as two's complement.
+    bmp_height = tf.where(bmp_height >= 2 ** 31, 2 ** 32 - bmp_height, bmp_height)
+    bmp = _unsigned(data, 18, 4, False) * bmp_height
+    known = tf.where(tf.equal(image_format, "png"), png, tf.where(
+        tf.equal(image_format, "gif"), gif, tf.where(tf.equal(image_format, "bmp"), bmp, 0)))
+    return tf.cond(tf.equal(image_format, "jpeg"), jpeg, lambda: known)
+
+
+def _decode_unless_oversized(data: tf.Tensor):
+    """(uint8 [H, W, 3] image, the pixels its header claims): the image is [0, 0, 3], not
+    decoded, when the header claims more than MAX_IMAGE_PIXELS."""
+    pixels = header_pixels(data, image_format_graph(data))
+    image = tf.cond(pixels > MAX_IMAGE_PIXELS, lambda: tf.zeros([0, 0, 3], tf.uint8),
+                    lambda: _decode_image(data))
+    return image, pixels
+
+
 def _decode_image(data: tf.Tensor) -> tf.Tensor:
     """uint8 [H, W, 3]: greyscale and RGBA become RGB, CMYK JPEG RGB, 16-bit PNG 8-bit."""
     image = tf.io.decode_image(data, channels=3, expand_animations=False, dtype=tf.uint8)
@@ -271,11 +307,13 @@ def _read_and_decode(raw: Dict[str, tf.Tensor], problem: tf.Tensor):
     image_format = image_format_graph(data)
     problem = _update(problem, [("unreadable_image_files", tf.logical_not(read_ok)),
                                 ("undecodable_images", tf.equal(image_format, ""))])
-    empty = tf.zeros([0, 0, 3], tf.uint8)
-    image, decoded = tf.cond(tf.equal(problem, 0), lambda: attempt(_decode_image, data, empty),
-                             lambda: (empty, tf.constant(False)))
+    empty = (tf.zeros([0, 0, 3], tf.uint8), tf.constant(0, tf.int64))
+    (image, pixels), decoded = tf.cond(
+        tf.equal(problem, 0), lambda: attempt(_decode_unless_oversized, data, empty),
+        lambda: (empty, tf.constant(False)))
     has_pixels = tf.reduce_prod(tf.shape(image)) > 0
-    problem = _update(problem, [("undecodable_images",
+    problem = _update(problem, [("oversized_images", pixels > MAX_IMAGE_PIXELS),
+                                ("undecodable_images",
                                  tf.logical_not(tf.logical_and(decoded, has_pixels)))])
     undecodable = tf.where(
         tf.equal(tf.strings.length(data), 0), "zero bytes",
@@ -284,6 +322,10 @@ def _read_and_decode(raw: Dict[str, tf.Tensor], problem: tf.Tensor):
                                   " bytes that are not a JPEG, PNG, GIF or BMP image"]),
                  tf.strings.join(["corrupt or truncated ", image_format, " data"])))
     details = {"unreadable_image_files": tf.constant("the image file is missing or unreadable"),
+               "oversized_images": tf.strings.join([
+                   "its header claims ", _text(pixels), " pixels, more than the ",
+                   format(MAX_IMAGE_PIXELS, ","), " an image may have here (tile or downscale "
+                   "it)"]),
                "undecodable_images": undecodable}
     return image, problem, details
 

@@ -7,10 +7,11 @@ Layout read (the standard one):
 """
 
 import os
-import xml.etree.ElementTree as ElementTree
 from typing import Dict, List, Optional
+from xml.etree.ElementTree import ParseError
 
 import numpy as np
+from defusedxml import ElementTree
 
 from efficientdet_keras.config.label_maps import VOC_LABEL_MAP
 from efficientdet_keras.data.records import ImageRecord, empty_annotations
@@ -92,7 +93,9 @@ def _read_annotation(xml_path: str, image_path: str, image_id: int,
     except _UnknownClass as e:
         raise ValueError("%s: class name %r is not in the label map; known names: %s"
                          % (xml_path, e.name, ", ".join(sorted(class_ids)))) from None
-    except (ElementTree.ParseError, ValueError) as e:
+    # defusedxml refuses entity and DTD tricks (a billion-laughs file, an external entity)
+    # with a ValueError, whatever the expat version.
+    except (ParseError, ValueError) as e:
         raise ValueError("%s is not a valid VOC annotation: %s" % (xml_path, e)) from None
     difficult = np.array(difficult, np.int64)
     if boxes:

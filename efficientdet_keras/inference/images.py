@@ -5,6 +5,7 @@ from typing import List, Tuple
 
 import numpy as np
 
+from efficientdet_keras.data.image_limits import MAX_IMAGE_PIXELS, oversized_message
 from efficientdet_keras.utils.drawing import as_uint8_image
 
 
@@ -39,10 +40,23 @@ def _read_image_file(path: str) -> np.ndarray:
     if not os.path.isfile(path):
         raise FileNotFoundError("%s: no such image file" % path)
     try:
-        with Image.open(path) as opened:
+        with Image.open(path) as opened:  # Reads the header only.
+            width, height = opened.size
+            if width * height > MAX_IMAGE_PIXELS:
+                raise _Oversized(height, width)
             return np.asarray(opened.convert("RGB"))
+    except _Oversized as e:
+        raise ValueError("%s: %s" % (path, oversized_message(e.height, e.width))) from None
+    except Image.DecompressionBombError as e:  # Pillow's own bound, met before ours.
+        raise ValueError("%s: %s" % (path, e)) from None
     except (UnidentifiedImageError, OSError, SyntaxError) as e:
         raise ValueError("%s is not a decodable image (%s)" % (path, e)) from None
+
+
+class _Oversized(Exception):
+    def __init__(self, height: int, width: int):
+        super().__init__()
+        self.height, self.width = height, width
 
 
 def image_list(images) -> Tuple[List[np.ndarray], bool]:
