@@ -71,6 +71,19 @@ def test_a_coco_json_too_large_for_memory_is_refused_before_it_is_read(tmp_path)
     assert time.monotonic() - started < 5
 
 
+def test_coco_json_is_read_as_utf8_whatever_the_locale(tmp_path):
+    text = ('{"images": [{"id": 1, "file_name": "caf\u00e9.jpg", "height": 4, "width": 4}], '
+            '"annotations": [], "categories": [{"id": 1, "name": "th\u00e9"}]}')
+    with_bom = tmp_path / "bom.json"
+    with_bom.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))  # As Windows tools write it.
+    assert read_coco_json(str(with_bom))["categories"][0]["name"] == "th\u00e9"
+    latin1 = tmp_path / "latin1.json"
+    latin1.write_bytes(text.encode("latin-1"))
+    with pytest.raises(ValueError, match=r"^%s is not UTF-8 text, which JSON must be \(byte "
+                                         r"\d+ is 0xe9\); save it as UTF-8$" % latin1):
+        read_coco_json(str(latin1))
+
+
 def test_an_image_file_claiming_100k_by_100k_pixels_is_refused_by_its_header(tmp_path):
     from test_bad_data import claiming
     for image_format in ("png", "jpeg", "gif", "bmp"):

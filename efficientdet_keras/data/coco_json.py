@@ -42,11 +42,16 @@ def parse_coco_file(annotation_file: str) -> dict:
     if not os.path.exists(annotation_file):
         raise FileNotFoundError("COCO annotation file not found: %s" % annotation_file)
     check_fits_in_memory(annotation_file)
-    with open(annotation_file) as f:
+    # JSON is UTF-8 whatever the locale; Windows tools often start it with a byte-order mark.
+    with open(annotation_file, encoding="utf-8-sig") as f:
         try:
             data = json.load(f)
         except json.JSONDecodeError as e:
             raise ValueError("%s is not valid JSON: %s" % (annotation_file, e)) from None
+        except UnicodeDecodeError as e:
+            raise ValueError("%s is not UTF-8 text, which JSON must be (byte %d is 0x%02x); "
+                             "save it as UTF-8" % (annotation_file, e.start,
+                                                   e.object[e.start])) from None
     if not isinstance(data, dict):
         raise ValueError("%s holds a %s, not a COCO instances object" % (annotation_file,
                                                                         type(data).__name__))
