@@ -7,6 +7,8 @@ import os
 import random
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -305,3 +307,41 @@ class TestSigtermToOneWorker:
         for worker in workers:  # Both resumed at that step and finished the run.
             assert worker.resumed_step() == step and worker.finished_steps() == 6, worker.output()
         assert latest_backup_step(model_dir) == 6
+
+
+@pytest.mark.quick
+def test_a_second_ctrl_c_ends_a_process_at_once_while_python_waits_on_c_code(tmp_path):
+    """The command-line tool's way: the second Ctrl-C is seen by a watcher thread through
+    Python's wakeup fd while the main thread sits in a long C call (as in a TensorFlow op),
+    during which no Python-level handler runs."""
+    script = (
+        "import os, signal, sys, time\n"
+        "from efficientdet_keras.training.preemption import StopSignals\n"
+        "def end():\n"
+        "    os.write(2, b'ended by the second Ctrl-C\\n')\n"
+        "    os._exit(130)\n"
+        "signals = StopSignals(on_second_interrupt=end)\n"
+        "signals.install()\n"
+        "print('installed', flush=True)\n"
+        "while signals.received is None:\n"
+        "    time.sleep(0.01)\n"
+        "print('first', flush=True)\n"
+        "import hashlib\n"  # Minutes of C code that checks no signal (and frees the GIL).
+        "hashlib.pbkdf2_hmac('sha256', b'key', b'salt', 10 ** 9)\n"
+        "print('not interrupted', flush=True)\n")
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline() == "installed\n"
+        process.send_signal(signal.SIGINT)
+        assert process.stdout.readline() == "first\n"
+        time.sleep(0.5)  # In the C call by now.
+        sent = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 130
+        assert time.monotonic() - sent < 5
+        assert process.stderr.read().splitlines()[-1] == "ended by the second Ctrl-C"
+        assert process.stdout.read() == ""
+    finally:
+        process.kill()  # Only if still in its C call.
+        process.wait()

@@ -35,6 +35,7 @@ from efficientdet_keras.cli.common import (EVAL_TIMEOUT_HELP, HPARAMS_HELP,
 TOOL = "efficientdet-train"
 # The exit status of a Ctrl-C that did not wait for a backup, as shells report SIGINT.
 INTERRUPTED_EXIT_STATUS = 130
+INTERRUPTED_MESSAGE = "interrupted; run the same command again to resume from the last backup"
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("mode", "traineval", ["train", "traineval", "eval"],
@@ -213,11 +214,19 @@ def train(config, train_source, val_source, val_json, strategy, seed):
         steps_per_epoch=config.get("steps_per_epoch"),  # An --hparams value wins over a count.
         num_examples_per_epoch=FLAGS.num_examples_per_epoch, eval_samples=FLAGS.eval_samples,
         eval_images=FLAGS.eval_images, archive_keep=FLAGS.archive_keep, profile=FLAGS.profile,
-        seed=seed, overwrite_config=FLAGS.overwrite_config)
+        seed=seed, overwrite_config=FLAGS.overwrite_config,
+        on_second_interrupt=end_at_second_ctrl_c)
     # A NaN or inf step ends the command with NonFiniteLossError's one line (a ValueError)
     # unless the config's nan_recovery_attempts allow rolling back to the backup.
     run.fit()
     report_results(run.callbacks)
+
+
+def end_at_second_ctrl_c() -> None:
+    """A second Ctrl-C during fit: ends the process at once, from whichever thread sees it
+    first (the step in progress is not backed up; the last backup is intact)."""
+    os.write(2, ("%s: %s\n" % (TOOL, INTERRUPTED_MESSAGE)).encode())  # No stream locks.
+    os._exit(INTERRUPTED_EXIT_STATUS)
 
 
 def report_results(callbacks) -> None:
@@ -243,8 +252,7 @@ def main(argv):
     except TrainingStopped as stop:  # A signal, the step backed up: "resume me".
         message, status = str(stop), RESUMABLE_EXIT_STATUS
     except KeyboardInterrupt:  # Ctrl-C outside fit, or the second one: no wait for anything.
-        print("%s: interrupted; run the same command again to resume from the last backup"
-              % TOOL, file=sys.stderr, flush=True)
+        print("%s: %s" % (TOOL, INTERRUPTED_MESSAGE), file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(INTERRUPTED_EXIT_STATUS)
     gc.collect()  # Outside the except block, as run_or_exit does (tf.data threads).

@@ -23,7 +23,8 @@ from efficientdet_keras.training.workers import write_dir
 
 def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
                   eval_samples: Optional[int] = None, display_images: int = 4,
-                  archive_keep: int = 3, profile_batch=0, strategy=None):
+                  archive_keep: int = 3, profile_batch=0, strategy=None,
+                  on_second_interrupt=None):
     """The standard callback list for a training run in model_dir.
 
     Order matters: COCO evaluation first, so the checkpoint archive, TensorBoard
@@ -31,7 +32,8 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
     BackupAndRestore) in model_dir/backup makes an interrupted run resume at the
     step of its last backup (every config.backup_steps steps and at each epoch end),
     with optimizer state and EMA; StopOnSignal, after it, ends fit with TrainingStopped
-    once a SIGTERM or Ctrl-C has its step backed up. NaNGuard, first, raises
+    once a SIGTERM or Ctrl-C has its step backed up (`on_second_interrupt`: what a second
+    Ctrl-C does instead of raising KeyboardInterrupt; see preemption.StopSignals). NaNGuard, first, raises
     NonFiniteLossError after a step with a NaN or inf loss or gradient norm, before the
     epoch's evaluation, checkpoint or backup and before any step backup
     (fit_with_nan_recovery answers it when the config allows nan_recovery_attempts). With
@@ -67,5 +69,5 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
     # Last: its epoch-end backup comes after the epoch's evaluation and checkpoint.
     backup = StepBackup(backup_dir, config.get("backup_steps", 0), guard=guard)
     # After the backup: on SIGTERM or Ctrl-C, the step backed up, fit ends with TrainingStopped.
-    callbacks += [backup, StopOnSignal(backup)]
+    callbacks += [backup, StopOnSignal(backup, on_second_interrupt)]
     return callbacks

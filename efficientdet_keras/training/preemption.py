@@ -13,9 +13,13 @@ period before SIGKILL; people stop runs with Ctrl-C (SIGINT). While `fit` runs, 
 - a second signal of the same kind acts as it would without this callback: a second
   Ctrl-C raises KeyboardInterrupt at once, a second SIGTERM ends the process. A
   KeyboardInterrupt raised while TensorFlow's C++ code runs Python (looking up an attribute
-  of a tracked object, say) can be cleared there without a trace, so a second Ctrl-C is also
-  remembered, and StopOnSignal raises KeyboardInterrupt at its next hook if the first one
-  was lost: at the latest when the work in progress (a step, its backup, an evaluation) ends.
+  of a tracked object, say) can be cleared there without a trace, or turned into a
+  SystemError, so a second Ctrl-C is also remembered, and StopOnSignal raises
+  KeyboardInterrupt at its next hook if the first one was lost: at the latest when the work
+  in progress (a step, its backup, an evaluation) ends. A program that owns its process (the
+  command-line tool) passes `on_second_interrupt` instead: it is called from a thread of its
+  own the moment the second Ctrl-C arrives (Python's wakeup fd), even while the main thread
+  is inside TensorFlow, and ends the process there.
 
 Under MultiWorkerMirroredStrategy the workers agree after every step (one small all-reduce):
 a signal to any worker makes all of them back up the same step (the chief writes) and stop.
@@ -23,9 +27,11 @@ a signal to any worker makes all of them back up the same step (the chief writes
 `efficientdet-train` turns TrainingStopped into RESUMABLE_EXIT_STATUS.
 """
 
+import os
+import select
 import signal
 import threading
-from typing import Dict, Optional, Set
+from typing import Callable, Dict, Optional, Set
 
 import tensorflow as tf
 import tf_keras as keras
@@ -65,17 +71,24 @@ class StopSignals:
     raises KeyboardInterrupt itself for the second one, remembering that it did. Handlers
     can only be set from the main thread; elsewhere install() logs why and catches nothing.
 
+    Args:
+      on_second_interrupt: called, instead of raising KeyboardInterrupt, when a second Ctrl-C
+        comes; from a watcher thread, at once, wherever the main thread is. It must end the
+        process (os._exit). None: KeyboardInterrupt, for code that shares its process.
+
     Attributes:
       received: the name of the first signal caught ("SIGTERM", "SIGINT"), or None.
       interrupted: whether a second Ctrl-C came while Python's KeyboardInterrupt handler was
         the one before: the run must end with KeyboardInterrupt (see raise_if_interrupted).
     """
 
-    def __init__(self):
+    def __init__(self, on_second_interrupt: Optional[Callable[[], None]] = None):
         self.received: Optional[str] = None
         self.interrupted = False
+        self.on_second_interrupt = on_second_interrupt
         self._previous: Dict[int, object] = {}
         self._caught: Set[int] = set()
+        self._watcher: Optional[_SecondInterruptWatcher] = None
 
     def install(self) -> None:
         self.received, self.interrupted = None, False
@@ -89,6 +102,9 @@ class StopSignals:
                 self._previous[signum] = signal.signal(signum, self._on_signal)
 
     def uninstall(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
         for signum in list(self._previous):
             self._restore(signum)
 
@@ -106,16 +122,53 @@ class StopSignals:
     def _on_signal(self, signum, frame) -> None:
         name = signal.Signals(signum).name
         if signum in self._caught:  # A second Ctrl-C: KeyboardInterrupt, remembered.
+            if self.on_second_interrupt is not None:  # The watcher may not have run yet.
+                self.on_second_interrupt()
             self._restore(signum)
             self.interrupted = True
             signal.default_int_handler(signum, frame)
         self.received = self.received or name
         if self._previous[signum] is signal.default_int_handler:
             self._caught.add(signum)  # Stays set, to remember the second one.
+            if self.on_second_interrupt is not None and self._watcher is None:
+                self._watcher = _SecondInterruptWatcher(self.on_second_interrupt)
         else:  # Ends the process (SIG_DFL) or does what its owner wants, as before fit.
             self._restore(signum)
         logging.warning("%s received: finishing the current step and backing it up, then "
                         "stopping (send it again to stop at once)", name)
+
+
+class _SecondInterruptWatcher:
+    """Calls `action` from a thread of its own when the next SIGINT arrives. CPython's C-level
+    handler writes each signal's number to the wakeup fd as it comes, whatever the main thread
+    is doing; the Python handler runs only when the main thread next runs Python. Made by the
+    Python handler of the first Ctrl-C, so in the main thread, as set_wakeup_fd requires."""
+
+    def __init__(self, action: Callable[[], None]):
+        self._action = action
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        self._previous_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+        self._stopping = threading.Event()
+        threading.Thread(target=self._watch, name="second-ctrl-c", daemon=True).start()
+
+    def _watch(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                ready, _, _ = select.select([self._read], [], [], 0.5)
+                if ready and signal.SIGINT in os.read(self._read, 64) and \
+                        not self._stopping.is_set():
+                    self._action()
+                    return
+        finally:
+            os.close(self._read)
+            os.close(self._write)
+
+    def stop(self) -> None:
+        """Puts back the wakeup fd that was set before (main thread only)."""
+        self._stopping.set()
+        if threading.current_thread() is threading.main_thread():
+            signal.set_wakeup_fd(self._previous_fd)
 
 
 def any_worker(flag: bool, strategy: tf.distribute.Strategy) -> bool:
@@ -139,13 +192,15 @@ class StopOnSignal(keras.callbacks.Callback):
 
     Args:
       backup: the run's StepBackup, which writes the backup the restart resumes from.
+      on_second_interrupt: see StopSignals; the command-line tool's ends the process.
     """
 
-    def __init__(self, backup: StepBackup):
+    def __init__(self, backup: StepBackup,
+                 on_second_interrupt: Optional[Callable[[], None]] = None):
         super().__init__()
         self._supports_tf_logs = True  # It reads no logs: Keras need not copy them to the host.
         self.backup = backup
-        self.signals = StopSignals()
+        self.signals = StopSignals(on_second_interrupt)
 
     def on_train_begin(self, logs=None):
         self.signals.install()

@@ -19,7 +19,7 @@ Each step has one method, so a caller can take the pieces it needs:
 
 import contextlib
 import sys
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import tensorflow as tf
 import tf_keras as keras
@@ -61,6 +61,8 @@ class TrainingRun:
       seed: the input pipeline's shuffle and augmentation seed; with the config's
         deterministic, also Python's, NumPy's and TensorFlow's (0 when not given).
       overwrite_config: allow a config.yaml that differs in keys that are not resumable.
+      on_second_interrupt: what a second Ctrl-C during fit does, for a program that owns its
+        process (preemption.StopSignals); None raises KeyboardInterrupt.
     """
 
     def __init__(self, config: Config, model_dir: str, train_source, val_source=None,
@@ -68,9 +70,11 @@ class TrainingRun:
                  pretrained_ckpt: Optional[str] = None, steps_per_epoch: Optional[int] = None,
                  num_examples_per_epoch: Optional[int] = None, eval_samples: Optional[int] = None,
                  eval_images: int = 4, archive_keep: int = 3, profile: bool = False,
-                 seed: Optional[int] = None, overwrite_config: bool = False):
+                 seed: Optional[int] = None, overwrite_config: bool = False,
+                 on_second_interrupt: Optional[Callable[[], None]] = None):
         self.config = config
         self.model_dir = model_dir
+        self.on_second_interrupt = on_second_interrupt
         self.train_source = train_source
         self.val_source = val_source
         self.val_json = val_json
@@ -138,7 +142,8 @@ class TrainingRun:
         return get_callbacks(self.config, self.model_dir, val_data, evaluator,
                              eval_samples=self.eval_samples, display_images=self.eval_images,
                              archive_keep=self.archive_keep,
-                             profile_batch=(2, 4) if self.profile else 0, strategy=self.strategy)
+                             profile_batch=(2, 4) if self.profile else 0, strategy=self.strategy,
+                             on_second_interrupt=self.on_second_interrupt)
 
     def fit(self, verbose: Optional[int] = None) -> keras.callbacks.History:
         """Trains for config.num_epochs, resuming from the last backup in model_dir.
