@@ -106,7 +106,10 @@ def preload():
     import efficientdet_keras
     for module in pkgutil.walk_packages(efficientdet_keras.__path__, "efficientdet_keras."):
         if not module.name.startswith("efficientdet_keras.cli."):
-            importlib.import_module(module.name)
+            try:
+                importlib.import_module(module.name)
+            except ImportError:  # An optional extra not installed: its commands import it.
+                pass
     tf.config.list_physical_devices()
 
 
