@@ -2,6 +2,7 @@
 
 import logging
 import os
+import signal
 
 # Before anything imports TensorFlow: tests import it directly, not only via the package.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -13,6 +14,12 @@ import tensorflow as tf  # noqa: E402
 from helpers import PYTHON_ENV, REFERENCE_DIR  # noqa: E402
 from scheduling import DurationRecorder, costliest_groups_first, load_durations  # noqa: E402
 from warm_python import WarmPython  # noqa: E402
+
+# The processes tests start take Ctrl-C (SIGINT) as they would from a terminal, also when the
+# suite itself runs as a background job: a shell starts those with SIGINT ignored, every child
+# inherits that, and a Python started so never catches SIGINT (a second Ctrl-C is then lost).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Two logical CPUs, so tf.distribute.MirroredStrategy tests run on this machine.
 # Must happen before TensorFlow initialises its runtime, hence here.
