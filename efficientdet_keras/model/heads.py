@@ -55,6 +55,14 @@ class PredictionHead(keras.layers.Layer):
         # One range for all levels: the exported outputs concatenate the levels.
         self.predict_output = output_point(config, "%s-predict-output" % kind, dtype=policy)
 
+    @property
+    def per_level_layers(self) -> List[keras.layers.Layer]:
+        """The layers of every repeat and level in one list. Keras' `.weights.h5` format walks
+        lists of layers but not lists of lists: without this list it would leave their weights
+        out of the file, and a load would keep a fresh model's."""
+        rows = getattr(self, "level_convs", []) + self.bns + self.acts + self.residual_outputs
+        return [layer for row in rows for layer in row]
+
     def _conv(self, filters: int, name: str, bias_initializer):
         if self.config.separable_conv:
             conv = keras.layers.SeparableConv2D(

@@ -29,6 +29,7 @@ from efficientdet_keras.model import EfficientDetNet
 from efficientdet_keras.optimization import is_pruning
 from efficientdet_keras.training.ema import ExponentialMovingAverage, is_batch_norm_statistic
 from efficientdet_keras.training.grappler import grappler_passes_off, resolve_passes
+from efficientdet_keras.training.keras3_objects import check_compile_arguments, door_callbacks
 from efficientdet_keras.training.nan_guard import NaNRecoveryState, NonFiniteRecord, run_cond
 from efficientdet_keras.training.optimizers import clip_gradients
 from efficientdet_keras.training.preemption import release_signal_handlers
@@ -165,7 +166,12 @@ class EfficientDetNetTrain(EfficientDetNet):
             and returning a dict with at least "det_loss".
           steps_per_epoch: sets the learning-rate schedule (default config.steps_per_epoch).
           steps_per_execution, jit_compile: default to the config's values.
+
+        Keras 3 optimizers, Keras losses and compiled metrics stop with one line (see
+        training/keras3_objects.py).
         """
+        check_compile_arguments(optimizer, loss, kwargs.get("metrics"),
+                                kwargs.get("weighted_metrics"))
         if optimizer is None:
             from efficientdet_keras.training.optimizers import get_optimizer
             steps = steps_per_epoch or self.config.get("steps_per_epoch")
@@ -185,7 +191,9 @@ class EfficientDetNetTrain(EfficientDetNet):
             self.optimizer.build(self.variables_to_train)
 
     # --- fit and evaluate: their steps run with the config's Grappler passes off -----
+    # Callbacks of Keras 3 are run or refused at the door (training/keras3_objects.py).
     def fit(self, *args, **kwargs):
+        kwargs["callbacks"] = door_callbacks(kwargs.get("callbacks"), "fit")
         try:
             with grappler_passes_off(resolve_passes(self.config.get("grappler_off"))):
                 return super().fit(*args, **kwargs)
@@ -193,8 +201,13 @@ class EfficientDetNetTrain(EfficientDetNet):
             release_signal_handlers(kwargs.get("callbacks"))
 
     def evaluate(self, *args, **kwargs):
+        kwargs["callbacks"] = door_callbacks(kwargs.get("callbacks"), "evaluate")
         with grappler_passes_off(resolve_passes(self.config.get("grappler_off"))):
             return super().evaluate(*args, **kwargs)
+
+    def predict(self, *args, **kwargs):
+        kwargs["callbacks"] = door_callbacks(kwargs.get("callbacks"), "predict")
+        return super().predict(*args, **kwargs)
 
     # --- metrics ---------------------------------------------------------------
     def _update_trackers(self, values: Dict[str, tf.Tensor],
