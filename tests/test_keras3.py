@@ -207,6 +207,21 @@ def test_tensorboard_writes_the_epochs_scalars(setup, tmp_path):
                                rtol=1e-6)
 
 
+def test_reduce_lr_on_plateau_needs_a_rate_it_can_set(setup):
+    model, batches, config = setup
+    reduce = keras3.callbacks.ReduceLROnPlateau(monitor="loss", min_delta=1e9, patience=1,
+                                                factor=0.5)
+    with pytest.raises(TypeError, match=r"^fit\(callbacks=\[keras.callbacks.ReduceLROnPlateau\]\)"
+                                        r": it sets the learning rate.*compile with a number"):
+        fit(setup, [reduce])
+    fixed = EfficientDetNetTrain(config)
+    fixed.compile(optimizer=tf_keras.optimizers.SGD(learning_rate=0.01, momentum=0.9))
+    history = fixed.fit(batches, epochs=3, steps_per_epoch=1, callbacks=[reduce], verbose=0)
+    # No epoch improves by 1e9: after each `patience` epoch the rate halves.
+    np.testing.assert_allclose(history.history["learning_rate"], [0.01, 0.01, 0.005])
+    assert float(fixed.optimizer.learning_rate.numpy()) == pytest.approx(0.0025)
+
+
 @pytest.mark.quick
 @pytest.mark.parametrize("make, instead", [
     (lambda tmp: keras3.callbacks.BackupAndRestore(str(tmp)), "tf_keras.callbacks.BackupAndRestore"),

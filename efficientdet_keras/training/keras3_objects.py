@@ -9,7 +9,9 @@ compile, fit, evaluate and predict:
   hooks tf_keras calls and logs as numbers, as Keras 3's own loop does;
 - the few Keras 3 callbacks that would do something else here (`UNFIT_CALLBACKS`), a Keras 3
   optimizer, and Keras losses and compiled metrics of either Keras (the detection steps compute
-  their own losses and ignore compiled metrics) stop with one line saying what to pass instead;
+  their own losses and ignore compiled metrics) stop with one line saying what to pass instead,
+  and so does a callback of either Keras that sets the learning rate while the config's
+  schedule computes it;
 - a callback of either Keras that keeps the best value of a metric in "auto" mode is told
   which way the trainer's metrics improve: the losses fall and COCO AP and AR rise. (Keras 3
   refuses to guess for anything but "loss"; tf_keras' guess takes the lowest AP as the best.)
@@ -172,14 +174,34 @@ def _say_turned(callback, monitor: str) -> None:
                     "value (pass mode='max' to say so)", type(callback).__name__, monitor)
 
 
-def door_callbacks(callbacks: Optional[Sequence[Any]], where: str):
+# Callbacks of either Keras that set the optimizer's learning rate.
+_RATE_SETTERS = ("ReduceLROnPlateau", "LearningRateScheduler")
+
+
+def _check_rate_setter(callback, optimizer, where: str) -> None:
+    """A callback that sets the learning rate needs a rate it can set: the config's schedule
+    computes the rate at every step, and Keras would refuse only epochs later."""
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # Under loss scaling.
+    rate = getattr(optimizer, "_learning_rate", None)
+    names = {klass.__name__ for klass in type(callback).__mro__}
+    if not names & set(_RATE_SETTERS) or not callable(rate):
+        return
+    raise TypeError("%s(callbacks=[%s]): it sets the learning rate, which the config's schedule "
+                    "(lr_decay_method) computes at every step; to let it, compile with a number: "
+                    "compile(optimizer=tf_keras.optimizers.SGD(learning_rate=0.01, "
+                    "momentum=0.9))" % (where, keras3_name(callback)))
+
+
+def door_callbacks(callbacks: Optional[Sequence[Any]], where: str, optimizer=None):
     """The callbacks a user handed to fit, evaluate or predict (`where`), made fit for
     tf_keras: Keras 3 ones wrapped, monitors pointed the right way; a Keras 3 callback that
-    cannot work here stops with one line."""
+    cannot work here, or a learning-rate setter facing the config's schedule (`optimizer`),
+    stops with one line."""
     if callbacks is None or isinstance(callbacks, keras.callbacks.CallbackList):
         return callbacks
     fitted = []
     for callback in callbacks:
+        _check_rate_setter(callback, optimizer, where)
         if is_keras3(callback):
             base = _keras3_base(callback)
             if base is not None and base.__name__ in UNFIT_CALLBACKS:

@@ -193,7 +193,7 @@ class EfficientDetNetTrain(EfficientDetNet):
     # --- fit and evaluate: their steps run with the config's Grappler passes off -----
     # Callbacks of Keras 3 are run or refused at the door (training/keras3_objects.py).
     def fit(self, *args, **kwargs):
-        kwargs["callbacks"] = door_callbacks(kwargs.get("callbacks"), "fit")
+        kwargs["callbacks"] = door_callbacks(kwargs.get("callbacks"), "fit", self.optimizer)
         try:
             with grappler_passes_off(resolve_passes(self.config.get("grappler_off"))):
                 return super().fit(*args, **kwargs)
