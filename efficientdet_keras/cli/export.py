@@ -16,6 +16,8 @@ or an .onnx file.
 The config comes from <model_dir>/config.yaml when present, else --model_name, else
 the released model --ckpt names; --hparams overrides any of them (e.g.
 nms_configs.score_thresh=0.3). EMA weights are exported when the checkpoint has them.
+When --model_dir was trained with mlflow_tracking_uri, the export is logged to that MLflow
+run too, under export/<export_dir's name>.
 """
 
 import os
@@ -170,9 +172,16 @@ def report_parity(path, results):
                          "checks)" % (path, ", ".join(r.name for r in failures)))
 
 
+def export_and_log():
+    export()
+    if FLAGS.model_dir:  # The run's MLflow run, when it was tracked.
+        from efficientdet_keras.reports.mlflow_tracker import log_export
+        log_export(FLAGS.model_dir, FLAGS.export_dir)
+
+
 def main(argv):
     del argv
-    run_or_exit(TOOL, export)
+    run_or_exit(TOOL, export_and_log)
 
 
 def run():

@@ -94,6 +94,10 @@ flags.DEFINE_bool("overwrite_config", False, "Replace the config.yaml of an earl
                   "--model_dir even when this run's config differs (normally an error listing "
                   "the differing keys).")
 flags.DEFINE_integer("eval_timeout", None, "--mode=eval. " + EVAL_TIMEOUT_HELP, lower_bound=0)
+flags.DEFINE_string("mlflow_tracking_uri", None, "Log the run to MLflow at this tracking URI, "
+                    "such as http://host:5000 or sqlite:///mlflow.db (sets the config's "
+                    "mlflow_tracking_uri; default: the config's, null: no tracking); needs "
+                    "the trackers extra.")
 
 
 class FlagError(ValueError):
@@ -164,7 +168,8 @@ def build_config(demo_data=None):
     overrides = {"batch_size": FLAGS.batch_size, "num_epochs": FLAGS.num_epochs,
                  "steps_per_execution": FLAGS.steps_per_execution, "jit_compile": FLAGS.use_xla,
                  "strategy": FLAGS.strategy, "hub_module_url": FLAGS.hub_module_url or None,
-                 "backbone_ckpt": FLAGS.backbone_ckpt or None, "deterministic": FLAGS.deterministic}
+                 "backbone_ckpt": FLAGS.backbone_ckpt or None, "deterministic": FLAGS.deterministic,
+                 "mlflow_tracking_uri": FLAGS.mlflow_tracking_uri or None}
     if FLAGS.mixed_precision is not None:
         from efficientdet_keras.config import parse_scalar
         overrides["mixed_precision"] = parse_scalar(FLAGS.mixed_precision)

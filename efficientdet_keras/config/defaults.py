@@ -120,4 +120,7 @@ def default_values() -> Dict[str, Any]:
         tflite_max_classes_per_detection=1,
         tflite_detections_per_class=100,
         tflite_use_regular_nms=False,
+        # Experiment tracking (reports/mlflow_tracker.py).
+        mlflow_tracking_uri=None,
+        mlflow_experiment="efficientdet",
     )

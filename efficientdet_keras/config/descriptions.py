@@ -16,6 +16,7 @@ SECTIONS: Tuple[Tuple[str, str], ...] = (
     ("Optimisation", "optimizer"),
     ("Precision, compilation, distribution", "mixed_precision"),
     ("Evaluation and post-processing", "map_freq"),
+    ("Experiment tracking", "mlflow_tracking_uri"),
 )
 
 # Types of the keys whose default does not show what else they take (null defaults,
@@ -38,6 +39,7 @@ VALUE_TYPES: Dict[str, str] = {
     "mixed_precision": "bool, str or null",
     "loss_scale": "str, float or null",
     "grappler_off": "str, list of str or null",
+    "mlflow_tracking_uri": "str or null",
 }
 
 KEY_DESCRIPTIONS: Dict[str, str] = {
@@ -260,4 +262,11 @@ KEY_DESCRIPTIONS: Dict[str, str] = {
     "tflite_use_regular_nms": "TFLite detection op: false, fast class-agnostic NMS (what "
                               "on-device runtimes use); true, NMS per class as the "
                               "SavedModel's hard NMS.",
+    # Experiment tracking.
+    "mlflow_tracking_uri": "Log the training run to MLflow at this tracking URI "
+                           "(http://host:5000, sqlite:///mlflow.db, databricks): the config as "
+                           "parameters, each epoch's logs as metrics, results.csv, plots and the "
+                           "best checkpoint as artifacts, one MLflow run per model_dir (kept in "
+                           "model_dir/mlflow_run.json); needs the trackers extra; null: off.",
+    "mlflow_experiment": "The MLflow experiment the runs go to, created when missing.",
 }

@@ -168,6 +168,10 @@ _VALUE_RULES = {
                   % ", ".join(sorted(NAMED_LABEL_MAPS))),
     "grappler_off": (_is_grappler_setting, "auto, none or a list of Grappler passes from %s"
                      % ", ".join(GRAPPLER_PASSES)),
+    "mlflow_tracking_uri": (lambda v: v is None or (isinstance(v, str) and bool(v.strip())),
+                            "null (no tracking) or a tracking URI such as http://host:5000"),
+    "mlflow_experiment": (lambda v: isinstance(v, str) and bool(v.strip()),
+                          "an experiment name (not empty)"),
 }
 
 

@@ -1,1 +1,2 @@
-"""What a training run leaves for people to read: results.csv, plots, evaluation images."""
+"""What a training run leaves for people to read: results.csv, plots, evaluation images,
+and the MLflow tracker that logs them."""

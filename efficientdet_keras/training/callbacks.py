@@ -1,9 +1,9 @@
 """The standard Keras callback list of a training run: `get_callbacks`.
 
 Each callback lives in its own module: COCOCallback (coco_callback), CheckpointCallback
-(checkpoint_callbacks), StepBackup (backup), StopOnSignal (preemption), NaNGuard (nan_guard)
-and ResultsCallback (reports.results_csv, model_dir/results.csv with its plots in
-model_dir/plots).
+(checkpoint_callbacks), StepBackup (backup), StopOnSignal (preemption), NaNGuard (nan_guard),
+ResultsCallback (reports.results_csv, model_dir/results.csv with its plots in
+model_dir/plots) and MLflowTracker (reports.mlflow_tracker).
 """
 
 import os
@@ -12,13 +12,14 @@ from typing import Optional
 import tf_keras as keras
 
 from efficientdet_keras.optimization import is_pruning
+from efficientdet_keras.reports.mlflow_tracker import MLflowTracker
 from efficientdet_keras.reports.results_csv import ResultsCallback
 from efficientdet_keras.training.backup import BACKUP_DIR, StepBackup
 from efficientdet_keras.training.checkpoint_callbacks import CheckpointCallback
 from efficientdet_keras.training.coco_callback import COCOCallback
 from efficientdet_keras.training.nan_guard import NaNGuard
 from efficientdet_keras.training.preemption import StopOnSignal
-from efficientdet_keras.training.workers import write_dir
+from efficientdet_keras.training.workers import is_chief, write_dir
 
 
 def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
@@ -40,7 +41,9 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
     model_optimizations.prune, tfmot's pruning step
     update comes first (kernels and their averages masked before evaluation and checkpoints)
     and its PruningSummaries is the TensorBoard callback (sparsity in model_dir/metrics).
-    ResultsCallback writes model_dir/results.csv and plots/ after each epoch.
+    ResultsCallback writes model_dir/results.csv and plots/ after each epoch. With
+    config.mlflow_tracking_uri, MLflowTracker (after it) logs the run to MLflow, from the
+    chief only; without mlflow installed that is MLflowMissingError.
     `display_images` validation images (0: none) are drawn, ground truth beside the
     detections, at each COCO evaluation into model_dir/eval_images (COCOCallback).
     Under multi-worker training (`strategy`, default the current one) only the chief
@@ -65,6 +68,10 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
     callbacks.append(CheckpointCallback(model_dir, archive_keep=archive_keep))
     # After the evaluation and checkpoint: the row holds val_AP and the epoch's whole time.
     callbacks.append(ResultsCallback(model_dir))
+    if config.get("mlflow_tracking_uri") and is_chief(strategy):
+        # After ResultsCallback: an epoch's row of results.csv is there when it uploads.
+        callbacks.append(MLflowTracker(model_dir, config.mlflow_tracking_uri,
+                                       config.get("mlflow_experiment"), config=config))
     callbacks.append(tensorboard)
     # Last: its epoch-end backup comes after the epoch's evaluation and checkpoint.
     backup = StepBackup(backup_dir, config.get("backup_steps", 0), guard=guard)
