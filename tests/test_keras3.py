@@ -192,6 +192,28 @@ def test_csv_logger_lambda_and_a_users_subclass_see_every_epoch(setup, tmp_path)
     assert isinstance(mine.last["val_loss"], float)
 
 
+def test_evaluate_and_predict_take_keras3_callbacks(setup):
+    model, batches, _ = setup
+    calls = []
+
+    class Counting(keras3.callbacks.Callback):
+        def on_test_batch_end(self, batch, logs=None):
+            calls.append(("test batch", round(float(logs["det_loss"]), 4)))
+
+        def on_test_end(self, logs=None):
+            calls.append(("test end", round(float(logs["det_loss"]), 4)))
+
+        def on_predict_end(self, logs=None):
+            calls.append(("predict end", None))
+
+    result = model.evaluate(batches, steps=1, callbacks=[Counting()], return_dict=True,
+                            verbose=0)
+    images = batches.map(lambda images, labels: images)
+    model.predict(images, steps=1, callbacks=[Counting()], verbose=0)
+    loss = round(result["det_loss"], 4)
+    assert calls == [("test batch", loss), ("test end", loss), ("predict end", None)]
+
+
 def test_tensorboard_writes_the_epochs_scalars(setup, tmp_path):
     log_dir = str(tmp_path / "tb")
     history = fit(setup, [keras3.callbacks.TensorBoard(log_dir)])
