@@ -8,6 +8,7 @@ import contextlib
 import http.server
 import logging
 import os
+import random
 import shutil
 import sys
 import tarfile
@@ -70,6 +71,23 @@ def built_once_per_run(tmp_path_factory, name: str, build) -> str:
             build(str(folder))
             done.touch()
     return str(folder)
+
+
+@contextlib.contextmanager
+def keras_seeded(seed: int):
+    """Within the block, a model is built the same whatever tests ran before in the process.
+
+    Keras' initializers without a seed of their own draw one from Python's `random`
+    (tf.random.set_seed alone does not fix them) unless Keras' seed generator is set, which
+    tf_keras.utils.set_random_seed does for good; here it is set for the block only."""
+    from tf_keras.src import backend
+    earlier = getattr(backend._SEED_GENERATOR, "generator", None)
+    backend._SEED_GENERATOR.generator = random.Random(seed)
+    tf.random.set_seed(seed)
+    try:
+        yield
+    finally:
+        backend._SEED_GENERATOR.generator = earlier
 
 
 @contextlib.contextmanager

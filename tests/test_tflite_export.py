@@ -16,7 +16,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from helpers import FAST, confident_model, python, synthetic_images, tiny_config
+from helpers import FAST, confident_model, keras_seeded, python, synthetic_images, tiny_config
 from efficientdet_keras import EfficientDetNet, save_ckpt
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
 from efficientdet_keras.export import tflite, tflite_parity
@@ -163,9 +163,8 @@ def two_class_model(**overrides):
     """A confident Lite0 whose class 2 predicts exactly what class 1 does (same kernel
     columns and bias), so every box scores twice: class-agnostic and per-class NMS then
     disagree."""
-    import tensorflow as tf
-    tf.random.set_seed(2)
-    model = confident_model("efficientdet-lite0", 128, **overrides)
+    with keras_seeded(2):
+        model = confident_model("efficientdet-lite0", 128, **overrides)
     num_classes = model.config.num_classes
     kernel = [w for w in model.class_net.predict.weights if "bias" not in w.name][-1]
     for weight in (kernel, model.class_net.predict.bias):
