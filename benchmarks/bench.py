@@ -59,8 +59,8 @@ from absl import flags  # noqa: E402
 from benchmarks import speed  # noqa: E402
 from benchmarks.common import (DATA_DIR, TFLITE_THREADS, demo_validation_data,  # noqa: E402
                                keras_metrics, median_seconds, one_cached_batch,
-                               step_end_recorder, step_seconds, tflite_metrics_and_latency,
-                               timed_fit, training_run)
+                               scratch_dir, step_end_recorder, step_seconds,
+                               tflite_metrics_and_latency, timed_fit, training_run)
 from efficientdet_keras.cli.common import HPARAMS_HELP, run_app  # noqa: E402
 
 PROGRAM = "benchmarks/bench.py"
@@ -205,7 +205,6 @@ def resize_benchmark_data():
 
 
 def bench_resize(config) -> None:
-    import tempfile
 
     from efficientdet_keras.data.sources import TFRecordSource
     from efficientdet_keras.evaluation.tflite_evaluation import TFLiteEvaluation
@@ -217,7 +216,7 @@ def bench_resize(config) -> None:
     datasets = {"demo 256x256": demo_validation_data(FLAGS.demo_dir),
                 "shapes 640x480": resize_benchmark_data()}
     model, config = load_model_and_config(FLAGS.model_dir, "", FLAGS.model_name, FLAGS.hparams)
-    path = export_tflite(model, os.path.join(tempfile.mkdtemp(prefix="efficientdet_resize_"),
+    path = export_tflite(model, os.path.join(scratch_dir("resize_"),
                                              "model.tflite"))
     print("%s from %s (trained with resize_mode %s), float32 .tflite, AP on 100 validation "
           "images of each set" % (config.name, FLAGS.model_dir, config.resize_mode))
@@ -407,11 +406,13 @@ def bench_callbacks(config) -> None:
         for name in medians:
             recorder = step_end_recorder(wait_for_device=False)  # Adds no sync of its own.
             callbacks = [recorder]
-            if name != "none":  # A new folder each round: nothing to restore from a backup.
-                callbacks = get_callbacks(config, tempfile.mkdtemp(prefix="bench_callbacks_"),
-                                          strategy=model.distribute_strategy) + callbacks
-            model.fit(dataset, epochs=1, steps_per_epoch=steps + warmup, callbacks=callbacks,
-                      verbose=0)
+            # A new folder each round: nothing to restore from a backup.
+            with tempfile.TemporaryDirectory(prefix="efficientdet_callbacks_") as run_dir:
+                if name != "none":
+                    callbacks = get_callbacks(config, run_dir,
+                                              strategy=model.distribute_strategy) + callbacks
+                model.fit(dataset, epochs=1, steps_per_epoch=steps + warmup,
+                          callbacks=callbacks, verbose=0)
             medians[name].append(statistics.median(step_seconds(recorder.ends, warmup)))
     none, full = (statistics.median(medians[name]) * 1e3 for name in medians)
     differences = [(b - a) * 1e3 for a, b in zip(medians["none"], medians["run callbacks"])]
@@ -422,7 +423,6 @@ def bench_callbacks(config) -> None:
 
 
 def bench_serve(config) -> None:
-    import tempfile
 
     import numpy as np
     import tensorflow as tf
@@ -432,7 +432,7 @@ def bench_serve(config) -> None:
 
     config = config.copy()
     config.override({"image_size": FLAGS.image_size})
-    export_dir = os.path.join(tempfile.mkdtemp(prefix="efficientdet_serve_"), "saved_model")
+    export_dir = os.path.join(scratch_dir("serve_"), "saved_model")
     export_detector(EfficientDetNet(config=config), export_dir)
     detect = tf.saved_model.load(export_dir).signatures["image_bytes"]
     rng = np.random.default_rng(0)
@@ -457,7 +457,6 @@ def directory_megabytes(path: str) -> float:
 
 
 def bench_tflite(config) -> None:
-    import tempfile
 
     import tensorflow as tf
 
@@ -468,7 +467,7 @@ def bench_tflite(config) -> None:
     del config  # The trained model's own (model_dir/config.yaml, plus --hparams).
     data = demo_validation_data(FLAGS.model_dir)
     model, config = load_model_and_config(FLAGS.model_dir, "", FLAGS.model_name, FLAGS.hparams)
-    out_dir = tempfile.mkdtemp(prefix="efficientdet_tflite_bench_")
+    out_dir = scratch_dir("tflite_")
     saved_model_dir = export_detector(model, os.path.join(out_dir, "saved_model"))
     # The raw float32 file runs the package's NMS (nms_configs), as the Keras row does: the
     # difference to the float32 row is then TFLite_Detection_PostProcess's own NMS.
@@ -492,9 +491,9 @@ def bench_tflite(config) -> None:
                                                       FLAGS.tflite_threads)
         rows.append((name, metrics, seconds, directory_megabytes(path)))
     print("%s at %dx%d from %s; %d validation images; latency: batch 1, median of %d runs, "
-          "%d-core CPU, TFLite with XNNPACK and %d threads; files in %s"
+          "%d-core CPU, TFLite with XNNPACK and %d threads"
           % (config.name, height, width, FLAGS.model_dir, data.num_val, repeats, os.cpu_count(),
-             FLAGS.tflite_threads, out_dir))
+             FLAGS.tflite_threads))
     print("%-24s %7s %7s %12s %10s" % ("model", "AP", "AP50", "latency ms", "size MB"))
     for name, metrics, seconds, megabytes in rows:
         print("%-24s %7.4f %7.4f %12.1f %10.1f" % (name, metrics["AP"], metrics["AP50"],
@@ -526,7 +525,6 @@ def finish_and_check(process, model_dir: str, total_steps: int) -> bool:
 
 def bench_kills(config) -> None:
     import random
-    import tempfile
 
     from benchmarks.kill_harness import FINISHED_STEP, TrainProcess, phase_at_kill
     config = config.copy()
@@ -535,7 +533,7 @@ def bench_kills(config) -> None:
     total_steps = config.steps_per_epoch * config.num_epochs
     rng = random.Random(FLAGS.kill_seed)
     signum = getattr(signal, FLAGS.kill_signal)
-    runs_dir = tempfile.mkdtemp(prefix="efficientdet_kills_")
+    runs_dir = scratch_dir("kills_")
     lost, phases, checked_runs, statuses, exit_seconds = [], [], [], [], []
     model_dir, pending = os.path.join(runs_dir, "run-1"), None  # pending: steps done at a kill.
     while True:
@@ -565,8 +563,8 @@ def bench_kills(config) -> None:
         print("%s %d: step %d (%s), exit status %d after %.1f s"
               % (FLAGS.kill_signal, len(phases), pending, phases[-1], statuses[-1],
                  exit_seconds[-1]), flush=True)
-    print("%s, %d steps per run (backup_steps %d), runs in %s"
-          % (config.name, total_steps, config.backup_steps, runs_dir))
+    print("%s, %d steps per run (backup_steps %d)"
+          % (config.name, total_steps, config.backup_steps))
     print("%s: %d (%s)" % (FLAGS.kill_signal, len(lost), ", ".join(
         "%d during %s" % (phases.count(p), p) for p in sorted(set(phases)))))
     if lost:

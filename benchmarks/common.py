@@ -4,8 +4,10 @@ its AP.
 TensorFlow is imported inside the functions, so a program's --help answers at once.
 """
 
+import atexit
 import json
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -14,6 +16,20 @@ import time
 DATA_DIR = "/tmp/efficientdet_bench_data"
 # TFLite interpreter threads of the AP and latency figures (bench.py --tflite_threads).
 TFLITE_THREADS = 2
+
+
+_SCRATCH_ROOT = []  # The process's scratch folder, made at the first scratch_dir call.
+
+
+def scratch_dir(prefix: str) -> str:
+    """A new empty folder for a benchmark's exports and runs, removed with everything in it
+    when the process exits: repeated benchmarks and the tests that run them leave no
+    gigabytes behind in the temp folder."""
+    if not _SCRATCH_ROOT:
+        root = tempfile.mkdtemp(prefix="efficientdet_bench_scratch_")
+        atexit.register(shutil.rmtree, root, ignore_errors=True)
+        _SCRATCH_ROOT.append(root)
+    return tempfile.mkdtemp(prefix=prefix, dir=_SCRATCH_ROOT[0])
 
 
 def median_seconds(fn, repeats: int, warmup: int = 1) -> float:
@@ -45,7 +61,7 @@ def training_run(config, data, steps_per_epoch: int, seed: int = 0, validation: 
     from efficientdet_keras.training.run import TrainingRun
 
     val_source = TFRecordSource(data.val_tfrecord) if validation else None
-    return TrainingRun(config, tempfile.mkdtemp(prefix="efficientdet_bench_run_"),
+    return TrainingRun(config, scratch_dir("run_"),
                        TFRecordSource(data.train_tfrecord), val_source=val_source,
                        val_json=data.val_json if validation else None,
                        steps_per_epoch=steps_per_epoch, seed=seed)

@@ -18,15 +18,14 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 from typing import Tuple
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 from benchmarks.common import (DATA_DIR, TFLITE_THREADS, demo_validation_data,  # noqa: E402
                                has_demo_run, keras_metrics, median_seconds, one_cached_batch,
-                               step_seconds, tflite_metrics_and_latency, timed_fit,
-                               training_run)
+                               scratch_dir, step_seconds, tflite_metrics_and_latency,
+                               timed_fit, training_run)
 
 # The two columns. train_hparams: config overrides for training; memory_hparams: what the
 # memory row adds to them (gradient checkpointing lowers the peak memory of a step but costs
@@ -184,7 +183,7 @@ def tflite_detector(model):
     from efficientdet_keras.export.tflite import export_tflite
     from efficientdet_keras.inference.tflite_runner import TFLiteDetector
 
-    path = os.path.join(tempfile.mkdtemp(prefix="efficientdet_speed_"), "raw.tflite")
+    path = os.path.join(scratch_dir("speed_"), "raw.tflite")
     return TFLiteDetector(export_tflite(model, path, outputs="raw"), num_threads=os.cpu_count())
 
 
@@ -222,7 +221,7 @@ def measure_end_to_end(settings: SpeedSettings, path: str, image_size: int) -> d
         detector = tflite_detector(model)
         return {"end_to_end_ms": latency_ms(
             settings, lambda: detector.detect(tf.io.decode_jpeg(jpeg, channels=3)))}
-    export_dir = os.path.join(tempfile.mkdtemp(prefix="efficientdet_speed_"), "saved_model")
+    export_dir = os.path.join(scratch_dir("speed_"), "saved_model")
     export_detector(model, export_dir, fold_batch_norm=spec["fold"],
                     mixed_precision=spec["infer_precision"])
     detect = tf.saved_model.load(export_dir).signatures["image_bytes"]

@@ -39,6 +39,17 @@ class _CostliestGroupsFirst:
         items[:] = costliest_groups_first(items, load_durations())
 
 
+def pytest_report_header(config):
+    """The temp folder's free space heads the report: a full disk fails hundreds of tests at
+    their setup, far from the cause."""
+    import shutil
+    import tempfile
+    folder = tempfile.gettempdir()
+    free_gb = shutil.disk_usage(folder).free / 1e9
+    return "temp folder %s: %.1f GB free%s" % (
+        folder, free_gb, " (the full suite writes a few GB there)" if free_gb < 10 else "")
+
+
 def pytest_configure(config):
     config.pluginmanager.register(_CostliestGroupsFirst(), "costliest-groups-first")
     if config.getoption("write_durations"):
