@@ -205,7 +205,6 @@ def resize_benchmark_data():
 
 
 def bench_resize(config) -> None:
-
     from efficientdet_keras.data.sources import TFRecordSource
     from efficientdet_keras.evaluation.tflite_evaluation import TFLiteEvaluation
     from efficientdet_keras.export.tflite import export_tflite
@@ -423,7 +422,6 @@ def bench_callbacks(config) -> None:
 
 
 def bench_serve(config) -> None:
-
     import numpy as np
     import tensorflow as tf
 
@@ -457,7 +455,6 @@ def directory_megabytes(path: str) -> float:
 
 
 def bench_tflite(config) -> None:
-
     import tensorflow as tf
 
     from efficientdet_keras.export.saved_model import export_detector
