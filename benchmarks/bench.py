@@ -9,6 +9,9 @@ Benchmarks:
                images/s, with and without XLA.
   serve        end-to-end latency of the detection SavedModel (decode, preprocess,
                network, NMS) on JPEG bytes, batch 1 and 8.
+  export       seconds to write the detection SavedModel and the float32 .tflite of
+               --model_name at --image_size: the first export in a process, then the median
+               of --repeats more.
   eval         a full COCO evaluation of synthetic images: network, post-processing and
                scoring times, and faster-coco-eval against pycocotools on the same detections.
   tflite       a trained model (--model_dir, default runs/demo: what `make demo` trains)
@@ -67,7 +70,8 @@ PROGRAM = "benchmarks/bench.py"
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("what", "postprocess",
-                  ["postprocess", "pipeline", "eval", "train", "serve", "kills", "tflite",
+                  ["postprocess", "pipeline", "eval", "train", "serve", "export", "kills",
+                   "tflite",
                    "short_runs", "augment", "speed", "resize", "callbacks"],
                   "Which benchmark to run.")
 flags.DEFINE_integer("eval_images", 500, "eval: how many synthetic images to evaluate.")
@@ -446,6 +450,27 @@ def bench_serve(config) -> None:
                                                                       seconds * 1e3 / batch))
 
 
+def bench_export(config) -> None:
+    from efficientdet_keras import EfficientDetNet
+    from efficientdet_keras.export.saved_model import export_detector
+    from efficientdet_keras.export.tflite import export_tflite
+
+    config = config.copy()
+    config.override({"image_size": FLAGS.image_size})
+    model = EfficientDetNet(config=config)
+    out_dir = scratch_dir("export_")
+    exports = {"SavedModel": lambda: export_detector(model, os.path.join(out_dir, "saved")),
+               "TFLite float32": lambda: export_tflite(model, os.path.join(out_dir, "m.tflite"))}
+    print("%s at %dx%d: seconds per export, the first in the process and the median of %d more"
+          % (config.name, FLAGS.image_size, FLAGS.image_size, FLAGS.repeats))
+    for name, export in exports.items():
+        start = time.perf_counter()
+        export()
+        first = time.perf_counter() - start
+        median = median_seconds(export, FLAGS.repeats, warmup=0)
+        print("%-15s first %6.1f s, then %6.1f s" % (name, first, median))
+
+
 def directory_megabytes(path: str) -> float:
     """Size on disk of a file, or of all files under a folder, in MB (10^6 bytes)."""
     if os.path.isfile(path):
@@ -611,7 +636,7 @@ def main(argv):
     except ValueError as e:
         sys.exit("%s: %s" % (PROGRAM, e))
     {"postprocess": bench_postprocess, "pipeline": bench_pipeline, "eval": bench_eval,
-     "train": bench_train, "serve": bench_serve, "kills": bench_kills,
+     "train": bench_train, "serve": bench_serve, "export": bench_export, "kills": bench_kills,
      "tflite": bench_tflite, "short_runs": bench_short_runs,
      "augment": bench_augment, "speed": bench_speed, "resize": bench_resize,
      "callbacks": bench_callbacks}[FLAGS.what](config)

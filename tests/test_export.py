@@ -167,6 +167,25 @@ def test_detection_saved_model_matches_the_model(trained, tmp_path):
 
 
 @pytest.mark.quick
+def test_the_three_signatures_share_one_trace_and_keep_their_gradients(tmp_path, monkeypatch,
+                                                                       caplog):
+    """Network and NMS are traced once for the three signatures (each used to trace its own
+    copy), and the SavedModel loads without TensorFlow's warning about missing gradients."""
+    from efficientdet_keras.inference import serving_graph
+    traces = []
+    traced_detect = serving_graph.detect
+    monkeypatch.setattr(serving_graph, "detect",
+                        lambda *args: traces.append(1) or traced_detect(*args))
+    model = EfficientDetNet(config=tiny_config(**SMALL))
+    export_dir = export_detector(model, str(tmp_path / "served"))
+    assert len(traces) == 1
+    with caplog.at_level("WARNING"):
+        loaded = tf.saved_model.load(export_dir)
+    assert sorted(loaded.signatures) == ["image_bytes", "serving_default", "tf_example"]
+    assert not [r for r in caplog.records if "gradient" in r.getMessage()], caplog.text
+
+
+@pytest.mark.quick
 def test_saved_model_of_a_stretch_trained_model_stretches(tmp_path):
     """The serving graph fits images as the model was trained: with resize_mode stretch each
     axis alone, and the boxes come back per axis, normalised to the original image."""

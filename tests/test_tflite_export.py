@@ -136,6 +136,19 @@ def test_export_cli_int8_with_representative_data(lite0, data, workdir):
     assert 1e-4 < error < 1.5, out
 
 
+@pytest.mark.quick
+def test_conversion_prints_no_gradient_warning_and_keeps_the_raw_outputs(tmp_path, caplog):
+    """The converter reads a SavedModel saved without gradient functions (they cost half the
+    conversion): TensorFlow's warning about them on loading it is not shown, and the file
+    still gives the Keras model's outputs."""
+    model = EfficientDetNet(config=tiny_config(image_size=64, **FAST))  # Swish: D0's.
+    with caplog.at_level("WARNING"):
+        path = tflite.export_tflite(model, str(tmp_path / "raw.tflite"), outputs="raw")
+    assert not [r for r in caplog.records if "gradient" in r.getMessage()], caplog.text
+    result = tflite_parity.raw_parity(model, path, synthetic_images(1, 64, 64))
+    assert result.passed, result.summary
+
+
 def test_tflite_max_detections_is_a_checked_config_key():
     config = tiny_config()
     assert config.tflite_max_detections == 25

@@ -70,6 +70,11 @@ class DetectionModule(tf.Module):
         self._image_spec = tf.TensorSpec([height, width, 3], tf.float32)
         self._scale_spec = tf.TensorSpec([2] if config.resize_mode == "stretch" else [],
                                          tf.float32)
+        # One trace of the network and NMS, shared by the three signatures (each would
+        # otherwise trace its own copy: the larger part of an export's time). Called through
+        # a plain function, so that saving does not list it and trace it once more.
+        shared = tf.function(lambda *inputs: detect(model, config, *inputs))
+        object.__setattr__(self, "_detect", lambda *inputs: shared(*inputs))
 
     def _run(self, uint8_images_fn, count):
         """Pre-processes images one by one (sizes differ), then detects as one batch."""
@@ -77,7 +82,7 @@ class DetectionModule(tf.Module):
             lambda i: preprocess_image(uint8_images_fn(i), self._config), tf.range(count),
             fn_output_signature=(self._image_spec, self._scale_spec,
                                  tf.TensorSpec([2], tf.float32)))
-        return detect(self._model, self._config, images, scales, sizes)
+        return self._detect(images, scales, sizes)
 
     @tf.function(input_signature=[tf.TensorSpec([None, None, None, 3], tf.uint8, name="images")])
     def detect_images(self, images):
