@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import tf_keras
 
-from helpers import (FAST, confident_model, python, synthetic_images, tiny_config, write_image,
-                     write_tfrecord)
+from helpers import (FAST, confident_model, overlapping_pairs, python, score_twice,
+                     synthetic_images, tiny_config, write_image, write_tfrecord)
 from efficientdet_keras import Detector, EfficientDetNet, save_ckpt
 from efficientdet_keras.data.pipeline import InputPipeline
 from efficientdet_keras.data.records import ImageRecord
@@ -171,19 +171,23 @@ def test_matching_pairs_ties_by_score_and_nothing_else():
 
 
 @pytest.mark.quick
-def test_soft_nms_and_bad_opsets_are_refused_in_one_line(tmp_path, monkeypatch):
+def test_soft_nms_becomes_hard_nms_per_class_and_bad_opsets_are_refused(tmp_path, monkeypatch):
+    config = tiny_config()
+    assert config.nms_configs.method == "gaussian"  # The package's default.
+    assert onnx_export.onnx_nms_method(config) == "hard"
+    notice = onnx_export.nms_notice(config)
+    assert "\n" not in notice and notice.startswith(
+        "nms_configs.method is 'gaussian', which ONNX's NonMaxSuppression cannot run: the "
+        ".onnx runs hard NMS per class")
+    assert onnx_export.sidecar_info(config, 17)["nms_configs"]["method"] == "hard"
+    assert config.nms_configs.method == "gaussian"  # The caller's config is left as it was.
+    for method, runs in (("combined", "hard"), ("hard", "hard"), ("global", "global")):
+        config.override({"nms_configs": {"method": method}})
+        assert onnx_export.onnx_nms_method(config) == runs
+        assert (onnx_export.nms_notice(config) is None) == (method == runs)
+        assert onnx_export.onnx_config(config).nms_configs.method == runs
     model = EfficientDetNet(config=tiny_config())  # Refused before anything is built.
-    assert model.config.nms_configs.method == "gaussian"  # The package's default.
     path = str(tmp_path / "model.onnx")
-    with pytest.raises(ValueError) as raised:
-        onnx_export.export_onnx(model, path)
-    message = str(raised.value)
-    assert "\n" not in message and "nms_configs.method is 'gaussian'" in message
-    assert message.endswith("pass --hparams=nms_configs.method=hard")
-    model.config.override({"nms_configs": {"method": "combined"}})
-    with pytest.raises(ValueError, match="nms_configs.method is 'combined'"):
-        onnx_export.export_onnx(model, path)
-    model.config.override({"nms_configs": HARD})
     with pytest.raises(ValueError, match="ONNX opset must be 13 to 18"):
         onnx_export.export_onnx(model, path, opset=9)
     monkeypatch.setitem(sys.modules, "tf2onnx", None)  # Import fails.
@@ -193,23 +197,16 @@ def test_soft_nms_and_bad_opsets_are_refused_in_one_line(tmp_path, monkeypatch):
 
 
 @pytest.mark.quick
-def test_export_command_refuses_soft_nms_in_one_line(tmp_path):
+def test_export_command_refuses_a_bad_opset_in_one_line(tmp_path):
     model_dir = tmp_path / "run"
     model_dir.mkdir()
-    tiny_config(**FAST).save_yaml(str(model_dir))  # The default, gaussian soft-NMS.
+    tiny_config(**FAST).save_yaml(str(model_dir))
     export_dir = tmp_path / "exported"
     result = run_tool("export", "--model_dir=%s" % model_dir, "--format=onnx",
-                      "--export_dir=%s" % export_dir)
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    assert result.stderr.strip().splitlines()[-1] == (
-        "efficientdet-export: ONNX export needs hard NMS, but nms_configs.method is 'gaussian' "
-        "(ONNX NonMaxSuppression has no soft-NMS): pass --hparams=nms_configs.method=hard")
-    result = run_tool("export", "--model_dir=%s" % model_dir, "--format=onnx",
-                      "--export_dir=%s" % export_dir, "--hparams=nms_configs.method=hard",
-                      "--onnx_opset=9")
+                      "--export_dir=%s" % export_dir, "--onnx_opset=9")
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    assert "efficientdet-export: --onnx_opset: ONNX opset must be 13 to 18" in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "efficientdet-export: --onnx_opset: ONNX opset must be 13 to 18")
     assert not export_dir.exists()
 
 
@@ -223,18 +220,49 @@ def test_export_command_writes_the_file_and_prints_the_parity_check(exported, tm
     save_ckpt(model, str(model_dir / "ckpt-1"))
     export_dir = tmp_path / "exported"
     result = run_tool("export", "--model_dir=%s" % model_dir, "--format=onnx",
-                      "--export_dir=%s" % export_dir, "--hparams=nms_configs.method=hard")
+                      "--export_dir=%s" % export_dir)
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
+    # Soft-NMS becomes hard NMS per class, said once.
+    assert result.stderr.count("which ONNX's NonMaxSuppression cannot run") == 1, result.stderr
     path = export_dir / "model.onnx"
-    size = re.search(r"Exported ONNX model \(opset 17, hard NMS, .*\) to %s, ([0-9.]+) MB"
-                     % re.escape(str(path)), out)
+    size = re.search(r"Exported ONNX model \(opset 17, hard NMS per class, .*\) to %s, "
+                     r"([0-9.]+) MB" % re.escape(str(path)), out)
     assert size and float(size.group(1)) == pytest.approx(os.path.getsize(path) / 1e6, abs=0.06)
     parity = re.search(r"Parity: detections vs SavedModel \(hard NMS\): 0 of (\d+) detections "
-                       r"unmatched .* 0 of 4 image\(s\) with another count; .*: ok$", out, re.M)
+                       r"unmatched .* 0 of 8 image\(s\) with another count; .*: ok$", out, re.M)
     assert parity and int(parity.group(1)) > 0, out
     with open(str(path) + ".json") as f:
-        assert json.load(f)["label_map"] == {str(k): v for k, v in LABEL_MAP.items()}
+        info = json.load(f)
+    assert info["label_map"] == {str(k): v for k, v in LABEL_MAP.items()}
+    assert info["nms_configs"]["method"] == "hard"
+
+
+def test_a_global_nms_config_exports_global_nms_and_checks_against_it(exported, tmp_path):
+    """On a model that scores every box for two classes: the file suppresses across classes,
+    and its check compares it with the SavedModel doing the same (per class it would fail)."""
+    model, _, _ = exported
+    images = synthetic_images(2, 128, 128, seed=4)
+    kept = [w.numpy() for w in model.class_net.predict.weights]
+    score_twice(model)
+    model.config.nms_configs.method = "global"
+    try:
+        path = onnx_export.export_onnx(model, str(tmp_path / "global.onnx"))
+        result, = onnx_parity.standard_checks(model, path, images)
+        per_class = onnx_parity.detection_parity(
+            model, path, images, reference_detect=saved_model_batch_detect(model, "hard"))
+    finally:
+        model.config.nms_configs.method = "hard"
+        for weight, value in zip(model.class_net.predict.weights, kept):
+            weight.assign(value)
+    with open(path + ".json") as f:
+        assert json.load(f)["nms_configs"]["method"] == "global"
+    assert result.passed and "(global NMS)" in result.summary, result.summary
+    assert not per_class.passed, per_class.summary
+    found = ONNXDetector(path).detect(images[0])
+    assert overlapping_pairs(found, model.config.nms_configs.iou_thresh) == 0
+    # Each box under its best class only: class 1, which scores 0.2 above class 2 in logits.
+    assert set(found["classes"][found["scores"] > 0.3]) == {1}, found
 
 
 @pytest.mark.quick

@@ -16,7 +16,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from helpers import FAST, confident_model, keras_seeded, python, synthetic_images, tiny_config
+from helpers import (FAST, confident_model, keras_seeded, overlapping_pairs, python,
+                     score_twice, synthetic_images, tiny_config)
 from efficientdet_keras import EfficientDetNet, save_ckpt
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
 from efficientdet_keras.export import tflite, tflite_parity
@@ -173,42 +174,18 @@ def test_every_lite_model_and_d1_d2_convert_with_raw_parity(model_name, tmp_path
 
 
 def two_class_model(**overrides):
-    """A confident Lite0 whose class 2 predicts exactly what class 1 does (same kernel
-    columns and bias), so every box scores twice: class-agnostic and per-class NMS then
-    disagree."""
+    """A confident Lite0 whose every box scores for two classes (helpers.score_twice)."""
     with keras_seeded(2):
         model = confident_model("efficientdet-lite0", 128, **overrides)
-    num_classes = model.config.num_classes
-    kernel = [w for w in model.class_net.predict.weights if "bias" not in w.name][-1]
-    for weight in (kernel, model.class_net.predict.bias):
-        values = weight.numpy()
-        values[..., 1::num_classes] = values[..., 0::num_classes]
-        weight.assign(values)
+    score_twice(model)
     return model
-
-
-def overlapping_pairs(detections, threshold=0.5):
-    """Pairs of detections of different classes whose boxes overlap above `threshold`."""
-    boxes, classes = detections["boxes"], detections["classes"]
-    pairs = 0
-    for i in range(len(boxes)):
-        for j in range(i + 1, len(boxes)):
-            if classes[i] != classes[j] and box_iou(boxes[i], boxes[j]) > threshold:
-                pairs += 1
-    return pairs
-
-
-def box_iou(a, b):
-    inter = (max(0.0, min(a[2], b[2]) - max(a[0], b[0])) *
-             max(0.0, min(a[3], b[3]) - max(a[1], b[1])))
-    area = lambda r: (r[2] - r[0]) * (r[3] - r[1])  # noqa: E731
-    return inter / (area(a) + area(b) - inter)
 
 
 def test_op_options_come_from_the_config(tmp_path):
     """tflite_use_regular_nms: NMS per class, equal to the SavedModel's hard NMS; the
-    default fast NMS keeps one class per box; tflite_max_classes_per_detection=2 keeps
-    two, so every box then comes twice."""
+    default fast NMS keeps one class per box, equal to hard NMS across classes;
+    tflite_max_classes_per_detection=2 keeps two, so every box then comes twice. The
+    parity check compares each file with the SavedModel running the op's own NMS."""
     from efficientdet_keras.inference.tflite_runner import TFLiteDetector
     images = synthetic_images(2, 128, 128, seed=8)
     model = two_class_model(tflite_use_regular_nms=True,
@@ -223,11 +200,23 @@ def test_op_options_come_from_the_config(tmp_path):
 
     model.config.tflite_use_regular_nms = False
     fast = tflite.export_tflite(model, str(tmp_path / "fast.tflite"))
+    result = tflite_parity.detection_parity(model, fast, images)
+    assert result.passed and result.measured["compared"] >= 10, result.summary
+    assert "global NMS" in result.summary
+    # Against NMS per class, the fast file misses every box's second class.
+    per_class = tflite_parity.detection_parity(
+        model, fast, images, reference_detect=tflite_parity.saved_model_detect(model, "hard"))
+    assert not per_class.passed, per_class.summary
     model.config.tflite_max_classes_per_detection = 2
     two_classes = tflite.export_tflite(model, str(tmp_path / "two.tflite"))
+    result = tflite_parity.detection_parity(model, two_classes, images)
+    assert result.passed and result.measured["compared"] >= 10, result.summary
     for image in images:
         assert overlapping_pairs(detections(regular, image)) > 0
-        assert overlapping_pairs(detections(fast, image)) == 0
+        one = detections(fast, image)
+        assert overlapping_pairs(one) == 0
         found = detections(two_classes, image)
+        # Each box twice, with both classes: every row the op wrote is read.
+        assert len(found["scores"]) == 2 * len(one["scores"]), (found, one)
         boxes = [tuple(np.round(box, 3)) for box in found["boxes"]]
-        assert len(set(boxes)) <= len(boxes) // 2 + 1, found  # Each box with two classes.
+        assert len(set(boxes)) == len(boxes) // 2, found

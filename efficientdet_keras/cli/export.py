@@ -8,10 +8,9 @@ or an .onnx file.
   # TFLite (writes <export_dir>/model.tflite and model.tflite.json, then checks parity):
   efficientdet-export --model_dir=runs/demo --format=tflite --export_dir=exported/demo-int8 \
       --tflite_quantization=int8 --representative_data='data/val-*.tfrecord'
-  # ONNX (writes <export_dir>/model.onnx and model.onnx.json, then checks parity); needs
-  # hard NMS:
-  efficientdet-export --model_dir=runs/demo --format=onnx --export_dir=exported/demo-onnx \
-      --hparams=nms_configs.method=hard
+  # ONNX (writes <export_dir>/model.onnx and model.onnx.json, then checks parity); hard NMS
+  # per class when the config has soft-NMS, which ONNX cannot run (one warning line says so):
+  efficientdet-export --model_dir=runs/demo --format=onnx --export_dir=exported/demo-onnx
 
 The config comes from <model_dir>/config.yaml when present, else --model_name, else
 the released model --ckpt names; --hparams overrides any of them (e.g.
@@ -108,16 +107,12 @@ def check_tflite_flags():
 
 
 def check_onnx_flags():
-    """Raises ValueError (one line) for an opset out of range, or when the run's config
-    (config.yaml and --hparams), read without building the model, has NMS that ONNX cannot
-    hold."""
-    from efficientdet_keras.cli.common import load_run_config
-    from efficientdet_keras.export.onnx import check_hard_nms, check_opset
+    """Raises ValueError (one line) for an opset out of range."""
+    from efficientdet_keras.export.onnx import check_opset
     try:
         check_opset(FLAGS.onnx_opset)
     except ValueError as e:
         raise ValueError("--onnx_opset: %s" % e) from None
-    check_hard_nms(load_run_config(FLAGS.model_dir, FLAGS.model_name, FLAGS.hparams, FLAGS.ckpt))
 
 
 def _is_qat_run() -> bool:
@@ -153,8 +148,10 @@ def export_onnx_and_check(model):
     os.makedirs(FLAGS.export_dir, exist_ok=True)
     path = onnx.export_onnx(model, os.path.join(FLAGS.export_dir, onnx.ONNX_FILE_NAME),
                             FLAGS.onnx_opset, FLAGS.fold_batch_norm)
-    print("Exported ONNX model (opset %d, hard NMS, uint8 images of any size and batch) to %s, "
-          "%.1f MB" % (FLAGS.onnx_opset, path, os.path.getsize(path) / 1e6))
+    across = onnx.onnx_nms_method(model.config) == "global"
+    print("Exported ONNX model (opset %d, hard NMS %s, uint8 images of any size and batch) to "
+          "%s, %.1f MB" % (FLAGS.onnx_opset, "across classes" if across else "per class", path,
+                           os.path.getsize(path) / 1e6))
     if FLAGS.check_parity:
         images = tflite_parity.check_images(model.config, FLAGS.representative_data or None)
         report_parity(path, onnx_parity.standard_checks(model, path, images,

@@ -260,8 +260,8 @@ KEY_DESCRIPTIONS: Dict[str, str] = {
     "tflite_detections_per_class": "TFLite detection op, regular NMS: detections kept per "
                                    "class before the best tflite_max_detections are taken.",
     "tflite_use_regular_nms": "TFLite detection op: false, fast class-agnostic NMS (what "
-                              "on-device runtimes use); true, NMS per class as the "
-                              "SavedModel's hard NMS.",
+                              "on-device runtimes use; nms_configs.method=global in the "
+                              "package); true, NMS per class (method=hard).",
     # Experiment tracking.
     "mlflow_tracking_uri": "Log the training run to MLflow at this tracking URI "
                            "(http://host:5000, sqlite:///mlflow.db, databricks): the config as "

@@ -1,7 +1,7 @@
 """ONNX export: the detection SavedModel's image signature as one .onnx file, NMS included.
 
     from efficientdet_keras.export.onnx import export_onnx
-    export_onnx(model, "exported/model.onnx")   # needs nms_configs.method == "hard"
+    export_onnx(model, "exported/model.onnx")
 
 writes `model.onnx` and its sidecar `model.onnx.json` (inference/sidecar.py: model name,
 input size, classes, label map, anchors, normalisation; plus the opset and the NMS settings
@@ -17,11 +17,11 @@ inside the file), each atomically. The file is the SavedModel's `serving_default
           detection_scores   float32 [batch, N], high to low
           detection_classes  float32 [batch, N] class ids 1..num_classes (0 for padding)
           num_detections     float32 [batch]        N = nms_configs.max_output_size
-The NMS is the package's class-aware hard NMS: each class's boxes are shifted to a region of
-their own and one ONNX NonMaxSuppression per image (iou_thresh, score_thresh,
-max_output_size of nms_configs) suppresses within classes only. Soft-NMS (the default
-nms_configs.method, "gaussian") has no ONNX counterpart, so export refuses it (see
-`check_hard_nms`). The SavedModel's other signatures, encoded images (DecodeImage) and
+The NMS is hard NMS, ONNX's NonMaxSuppression (iou_thresh, score_thresh, max_output_size
+of nms_configs): per class (each class's boxes shifted to a region of their own) unless
+nms_configs.method is "global" (across classes). Soft-NMS (the default nms_configs.method,
+"gaussian") and "combined" have no ONNX counterpart, so their files run hard NMS per class
+and the export says so in one line (`onnx_nms_method`, `nms_notice`). The SavedModel's other signatures, encoded images (DecodeImage) and
 tf.Examples (ParseExample), have no ONNX ops and are not exported: decode images first.
 
 BatchNorm is folded into the convs as in the SavedModel (model/folding.py), the network
@@ -32,6 +32,7 @@ without its wrappers.
 import os
 
 import tensorflow as tf
+from absl import logging
 
 from efficientdet_keras.checkpoint import ensure_built
 from efficientdet_keras.export.strip import strip_for_export
@@ -55,18 +56,31 @@ INPUT_NAME = "images"
 _DYNAMIC_INPUT_DIMENSIONS = ("batch", "height", "width")
 
 
-def check_hard_nms(config) -> None:
-    """Raises a one-line ValueError unless the config's NMS is hard NMS (per class, or
-    global: across classes), the one ONNX has.
+# The NMS methods (postprocess.NMS_METHODS) that ONNX's NonMaxSuppression runs as they are.
+ONNX_NMS_METHODS = ("hard", "global")
+
+
+def onnx_nms_method(config) -> str:
+    """The NMS an .onnx of `config` runs: its method when ONNX has it, else "hard" (per class).
 
     tf2onnx would turn soft-NMS into NonMaxSuppression with an IoU threshold of 1, which
-    suppresses nothing: a file with other detections than the model's, made silently.
-    """
+    suppresses nothing; hard NMS per class is the nearest algorithm ONNX holds."""
     method = config.nms_configs.method or "hard"
-    if method not in ("hard", "global"):
-        raise ValueError("ONNX export needs hard NMS, but nms_configs.method is %r (ONNX "
-                         "NonMaxSuppression has no soft-NMS): pass "
-                         "--hparams=nms_configs.method=hard" % method)
+    return method if method in ONNX_NMS_METHODS else "hard"
+
+
+def nms_notice(config):
+    """One line saying that the file runs hard NMS instead of the config's method, or None."""
+    method = config.nms_configs.method or "hard"
+    if method in ONNX_NMS_METHODS:
+        return None
+    return ("nms_configs.method is %r, which ONNX's NonMaxSuppression cannot run: the .onnx "
+            "runs hard NMS per class (efficientdet-eval --nms_method=hard gives its AP)" % method)
+
+
+def onnx_config(config):
+    """A copy of `config` with the NMS the .onnx runs (`onnx_nms_method`)."""
+    return config.copy().override({"nms_configs": {"method": onnx_nms_method(config)}})
 
 
 def check_opset(opset: int) -> None:
@@ -88,8 +102,7 @@ def sidecar_info(config, opset: int) -> dict:
     """The sidecar json of an .onnx: the model's keys (`model_info`), the opset, and the NMS
     settings the file's detections went through."""
     return dict(model_info(config), format="onnx", opset=int(opset),
-                nms_configs=dict(config.nms_configs.as_dict(),
-                                 method=config.nms_configs.method or "hard"))
+                nms_configs=dict(config.nms_configs.as_dict(), method=onnx_nms_method(config)))
 
 
 def _name_dynamic_dimensions(proto) -> None:
@@ -115,17 +128,16 @@ def convert(model, opset: int = DEFAULT_OPSET, fold_batch_norm: bool = True) -> 
     module doc.
 
     Raises:
-      ValueError (one line): nms_configs.method is not "hard", or the opset is out of range.
+      ValueError (one line): the opset is out of range.
       ONNXMissingError: tf2onnx is not installed.
     """
-    check_hard_nms(model.config)
     check_opset(opset)
     tf2onnx = _tf2onnx()
     ensure_built(model)  # Variables must exist before tracing.
     model = strip_for_export(model)
     with averaged_weights(model):
         network = serving_network(model, fold_batch_norm)
-        module = DetectionModule(network, network.config)
+        module = DetectionModule(network, onnx_config(network.config))
         # The variables become constants here, while the EMA values are swapped in.
         proto, _ = tf2onnx.convert.from_function(
             module.detect_images, opset=int(opset),
@@ -138,13 +150,17 @@ def export_onnx(model, path: str, opset: int = DEFAULT_OPSET, fold_batch_norm: b
     """Converts `model` (see `convert`) and writes `path` and its sidecar json atomically.
 
     Args:
-      model: an EfficientDetNet whose config has nms_configs.method "hard".
+      model: an EfficientDetNet. With soft-NMS in its config the file runs hard NMS per
+        class, and a warning says so (`nms_notice`).
       path: the .onnx file to write (its sidecar: path + ".json"); its folder is created.
       opset: the ONNX opset, MIN_OPSET to MAX_OPSET.
       fold_batch_norm: fold every BatchNorm into its conv, as the SavedModel does.
 
     Returns `path`.
     """
+    notice = nms_notice(model.config)
+    if notice:
+        logging.warning("%s", notice)
     data = convert(model, opset, fold_batch_norm)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     write_bytes_atomically(path, data)

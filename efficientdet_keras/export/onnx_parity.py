@@ -1,7 +1,7 @@
 """Parity check of an exported .onnx against the detection SavedModel's serving function.
 
 `detection_parity` runs the .onnx with ONNX Runtime (`ONNXDetector`) and the SavedModel's
-serving_default function (the same pre-processing, network and hard NMS in TensorFlow) on
+serving_default function (the same pre-processing, network and NMS in TensorFlow) on
 the same uint8 images, images of one size as one batch, and compares each image's
 detections: the same number of them, and each detection of one side paired with its own
 detection of the other side of the same class, a score within 1e-4 and all four box
@@ -80,15 +80,16 @@ def detection_parity(model, onnx_path: str, images: Sequence[np.ndarray],
                      score_tolerance: float = SCORE_TOLERANCE,
                      pixel_tolerance: float = BOX_TOLERANCE_PIXELS,
                      reference_detect: Optional[Callable] = None) -> CheckResult:
-    """Detections of the .onnx vs the detection SavedModel's (hard NMS) on uint8 [h, w, 3]
-    `images` (see the module doc and `match_detections`).
+    """Detections of the .onnx vs the detection SavedModel's on uint8 [h, w, 3] `images`
+    (see the module doc and `match_detections`), with the NMS the file runs (its sidecar's).
 
     reference_detect: uint8 [B, h, w, 3] -> SavedModel outputs (a loaded SavedModel's
-    signature, say); default: `saved_model_batch_detect(model)`.
+    signature running that NMS, say); default: `saved_model_batch_detect`.
     """
     from efficientdet_keras.inference.onnx_runner import ONNXDetector, split_outputs
     runner = ONNXDetector(onnx_path)
-    reference_detect = reference_detect or saved_model_batch_detect(model)
+    nms_method = runner.config.nms_configs.method
+    reference_detect = reference_detect or saved_model_batch_detect(model, nms_method)
     totals = {"compared": 0, "unmatched": 0, "tied": 0, "other_counts": 0,
               "max_score_difference": 0.0, "max_box_difference": 0.0}
     for indices in group_by_shape(images):
@@ -115,10 +116,10 @@ def detection_parity(model, onnx_path: str, images: Sequence[np.ndarray],
     if totals["tied"]:
         tied = ("; %d tie in score with another detection, their classes and boxes not "
                 "compared" % totals["tied"])
-    summary = ("detections vs SavedModel (hard NMS): %d of %d detections unmatched (same class, "
+    summary = ("detections vs SavedModel (%s NMS): %d of %d detections unmatched (same class, "
                "score within %g, box within %g px%s), %d of %d image(s) with another count; "
                "max difference %.2g (scores), %.2g px (boxes): %s"
-               % (totals["unmatched"], totals["compared"], score_tolerance, pixel_tolerance,
+               % (nms_method, totals["unmatched"], totals["compared"], score_tolerance, pixel_tolerance,
                   tied, totals["other_counts"], len(images), totals["max_score_difference"],
                   totals["max_box_difference"], verdict))
     return CheckResult("detection_parity", passed, summary, totals)

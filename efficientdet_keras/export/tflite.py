@@ -75,10 +75,29 @@ def _check_choice(what: str, value: str, choices) -> None:
         raise ValueError("%s must be one of %s, got %r" % (what, ", ".join(choices), value))
 
 
+def op_nms_method(config) -> str:
+    """The package's NMS method (postprocess.NMS_METHODS) that the detection op runs:
+    "hard" (per class) with tflite_use_regular_nms, else "global". The op's fast NMS
+    suppresses across classes, ranking each anchor by its best class; the "global" method
+    does the same, since an anchor's weaker classes share its box and so fall to its best."""
+    return "hard" if config.tflite_use_regular_nms else "global"
+
+
+def detections_per_box(config) -> int:
+    """Output rows per kept box: the op's fast NMS writes each box once per class it keeps
+    (tflite_max_classes_per_detection, best first), and its num_detections counts boxes."""
+    if config.tflite_use_regular_nms:
+        return 1
+    return max(1, min(int(config.tflite_max_classes_per_detection), int(config.num_classes)))
+
+
 def sidecar_info(config, outputs: str, quantization: str, input_type: str) -> dict:
     """The sidecar json: what a runner needs to feed the .tflite and decode its outputs."""
-    return dict(model_info(config), outputs=outputs, quantization=quantization,
+    info = dict(model_info(config), outputs=outputs, quantization=quantization,
                 input_type=input_type, max_detections=int(config.tflite_max_detections))
+    if outputs == "detections":
+        info.update(nms=op_nms_method(config), detections_per_box=detections_per_box(config))
+    return info
 
 
 def centre_size_anchors(config) -> np.ndarray:

@@ -6,14 +6,17 @@ a one-line summary:
   raw_parity        "raw" .tflite vs the Keras model: max abs difference of the class
                     logits and box codes of every anchor (float32 passes at <= 1e-4).
   detection_parity  "detections" .tflite (TFLite_Detection_PostProcess) vs the detection
-                    SavedModel's serving function with hard NMS: every detection above
-                    the score threshold on one side has one on the other side with the
-                    same class and all four box coordinates within 1 pixel (original
-                    image pixels), among the top tflite_max_detections. Both are fed
-                    the same letterboxed uint8 image.
+                    SavedModel's serving function running the op's own algorithm
+                    (`op_nms_method`: hard NMS across classes for the default fast NMS,
+                    per class with tflite_use_regular_nms): every detection above the
+                    score threshold on one side has one on the other side with the same
+                    class and all four box coordinates within 1 pixel (original image
+                    pixels), among the top tflite_max_detections. Both are fed the same
+                    letterboxed uint8 image.
   quantized_error   an int8 or float16 .tflite vs the float32 model: max abs difference
                     of raw outputs and scores (vs Keras) or of the sorted detection
-                    scores (vs the SavedModel), against a stated tolerance.
+                    scores (vs the SavedModel in the op's mode), against a stated
+                    tolerance.
 """
 
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
@@ -23,6 +26,7 @@ import tensorflow as tf
 
 from efficientdet_keras.detection.box_scales import image_box_factors
 from efficientdet_keras.detection.postprocess import flatten_outputs
+from efficientdet_keras.export.tflite import op_nms_method
 
 RAW_TOLERANCE = 1e-4
 BOX_TOLERANCE_PIXELS = 1.0
@@ -30,7 +34,8 @@ SCORE_THRESHOLD = 0.3
 # Max abs score error of a quantized .tflite vs float32 that the checks accept (the export guide's
 # parity section has the errors seen on trained models).
 QUANTIZED_SCORE_TOLERANCE = {"float16": 0.05, "int8": 0.25}
-NUM_CHECK_IMAGES = 4
+# Enough images that a trained model shows tens of detections above SCORE_THRESHOLD.
+NUM_CHECK_IMAGES = 8
 # Detections this close to the score threshold may fall on either side of it.
 # Scores this close count as tied (the runtimes' float sums differ by about 1e-6).
 _TIE_TOLERANCE = 1e-5
@@ -93,21 +98,33 @@ def raw_parity(model, tflite_path: str, images: Sequence[np.ndarray],
     return CheckResult("raw_parity", passed, summary, worst)
 
 
-def saved_model_batch_detect(model) -> Callable[[np.ndarray], Dict[str, np.ndarray]]:
+def saved_model_batch_detect(model, nms_method: str = "hard"
+                             ) -> Callable[[np.ndarray], Dict[str, np.ndarray]]:
     """The detection SavedModel's serving_default function (export/saved_model.py) for
-    `model`, with hard NMS: uint8 [B, h, w, 3] -> its outputs (numpy)."""
+    `model`, with NMS `nms_method` (postprocess.NMS_METHODS): uint8 [B, h, w, 3] -> its
+    outputs (numpy)."""
     from efficientdet_keras.inference.serving_graph import DetectionModule
     config = model.config.copy()
-    config.override({"nms_configs": {"method": "hard"}})
+    config.override({"nms_configs": {"method": nms_method}})
     module = DetectionModule(model, config)
     return lambda images: {k: v.numpy() for k, v in module.detect_images(images).items()}
 
 
-def saved_model_detect(model) -> Callable[[np.ndarray], Dict[str, np.ndarray]]:
-    """`saved_model_batch_detect` for one image, as the TFLite op detects (hard NMS):
-    uint8 [h, w, 3] -> the SavedModel's outputs, batch 1."""
-    detect = saved_model_batch_detect(model)
+def saved_model_detect(model, nms_method: Optional[str] = None
+                       ) -> Callable[[np.ndarray], Dict[str, np.ndarray]]:
+    """`saved_model_batch_detect` for one image, as the TFLite op detects (`op_nms_method`
+    of the model's config unless `nms_method` is given): uint8 [h, w, 3] -> the
+    SavedModel's outputs, batch 1."""
+    detect = saved_model_batch_detect(model, nms_method or op_nms_method(model.config))
     return lambda image: detect(image[np.newaxis])
+
+
+def best_class_per_box(outputs: Dict[str, np.ndarray], per_box: int) -> Dict[str, np.ndarray]:
+    """The op's outputs with only each box's first (best) class row; its num_detections
+    counts boxes already."""
+    rows = ("detection_boxes", "detection_classes", "detection_scores")
+    return {key: value[:, ::per_box] if key in rows else value
+            for key, value in outputs.items()}
 
 
 def _saved_model_detections(outputs: Dict[str, np.ndarray], input_size,
@@ -168,23 +185,26 @@ def detection_parity(model, tflite_path: str, images: Sequence[np.ndarray],
                      reference_detect: Optional[Callable] = None) -> CheckResult:
     """Detections of a "detections" .tflite vs the detection SavedModel's on `images`.
 
-    The SavedModel returns class-aware hard-NMS detections, the op class-agnostic ones
-    (one class per anchor): they agree when boxes of different classes do not overlap
-    above nms iou_thresh, which is what a check of a trained model sees in practice.
-    Both get the runner's letterboxed uint8 image. reference_detect: uint8 [h, w, 3] ->
-    SavedModel outputs with batch 1 (a loaded SavedModel's signature, say); default:
-    `saved_model_detect(model)`.
+    The SavedModel runs the NMS the op runs (the sidecar's "nms", else `op_nms_method`):
+    comparing the op's fast NMS, which suppresses across classes, with NMS per class would
+    fail wherever a trained model scores two classes on one object. With several classes
+    kept per box, each box's best class is compared. Both get the runner's letterboxed
+    uint8 image. reference_detect: uint8 [h, w, 3] -> SavedModel outputs with batch 1 (a
+    loaded SavedModel's signature running that NMS, say); default: `saved_model_detect`.
     """
     detector = _detector(tflite_path)
-    reference_detect = reference_detect or saved_model_detect(model)
+    nms_method = detector.info.get("nms") or op_nms_method(model.config)
+    reference_detect = reference_detect or saved_model_detect(model, nms_method)
     max_detections = int(detector.info["max_detections"])
+    per_box = int(detector.info.get("detections_per_box", 1))
     compared = unmatched = 0
     for image in images:
         # Both get the same letterboxed uint8 input (the SavedModel's own resize is then
         # the identity and its zero padding equals the runner's mean padding), so only
         # the runtimes and the NMS differ, not the rounding of the resized pixels.
         letterboxed, scale = detector.letterbox(image)
-        found = detector.detections_from_outputs(detector.run(letterboxed), scale)
+        outputs = best_class_per_box(detector.run(letterboxed), per_box)
+        found = detector.detections_from_outputs(outputs, scale, detections_per_box=1)
         found["boxes"] = _clip_to_input(found["boxes"], letterboxed.shape, scale)
         reference = _saved_model_detections(reference_detect(letterboxed), letterboxed.shape,
                                             scale)
@@ -196,9 +216,10 @@ def detection_parity(model, tflite_path: str, images: Sequence[np.ndarray],
     verdict = "ok" if passed else "FAILED"
     if compared == 0:  # An untrained model: say that nothing was compared.
         verdict += " (nothing to compare: no score above %g on these images)" % score_threshold
-    summary = ("detections vs SavedModel (hard NMS): %d of %d detections with score > %g "
-               "unmatched (same class, box within %g px) on %d image(s): %s"
-               % (unmatched, compared, score_threshold, pixel_tolerance, len(images), verdict))
+    summary = ("detections vs SavedModel (%s NMS, as the op): %d of %d detections with "
+               "score > %g unmatched (same class, box within %g px) on %d image(s): %s"
+               % (nms_method, unmatched, compared, score_threshold, pixel_tolerance,
+                  len(images), verdict))
     return CheckResult("detection_parity", passed, summary,
                        {"compared": compared, "unmatched": unmatched})
 
@@ -213,12 +234,15 @@ def quantized_error(model, tflite_path: str, images: Sequence[np.ndarray],
 
     "raw" files: max abs difference of the class logits, box codes and scores
     (sigmoid of the logits) of every anchor against the Keras model. "detections"
-    files: max abs difference between the sorted scores of the top detections and the
-    SavedModel's (hard NMS) sorted scores. Passes when the scores' error is <= tolerance.
+    files: max abs difference between the sorted scores of the top detections (each box's
+    best class) and the SavedModel's sorted scores, with the op's NMS. Passes when the
+    scores' error is <= tolerance.
     """
     detector = _detector(tflite_path)
     raw = detector.info["outputs"] == "raw"
-    reference_detect = None if raw else saved_model_detect(model)
+    reference_detect = None if raw else saved_model_detect(
+        model, detector.info.get("nms") or op_nms_method(model.config))
+    per_box = int(detector.info.get("detections_per_box", 1))
     worst: Dict[str, float] = {}
     for image in images:
         letterboxed, _ = detector.letterbox(image)
@@ -230,7 +254,8 @@ def quantized_error(model, tflite_path: str, images: Sequence[np.ndarray],
             differences = max_abs_differences(got, expected,
                                               ("class_outputs", "box_outputs", "scores"))
         else:
-            reference = reference_detect(image)
+            got = best_class_per_box(got, per_box)
+            reference = reference_detect(letterboxed)
             count = int(min(got["num_detections"][0], reference["num_detections"][0]))
             differences = {"scores": float(np.max(np.abs(
                 _sorted_scores(got["detection_scores"], count) -

@@ -190,16 +190,21 @@ class TFLiteDetector:
         letterboxed, scale = self.letterbox(image)
         return self.detections_from_outputs(self.run(letterboxed), scale)
 
-    def detections_from_outputs(self, outputs: Dict[str, np.ndarray], scale):
+    def detections_from_outputs(self, outputs: Dict[str, np.ndarray], scale,
+                                detections_per_box: Optional[int] = None):
         """dict(boxes [n, 4] original pixels, scores [n], classes [n] ids 1..C) of one image.
 
         Args:
           outputs: `run`'s outputs for the image. scale: original pixels per input pixel (a
             number, or [y, x] with resize_mode stretch).
+          detections_per_box: rows per box in `outputs` (default: the sidecar's).
         """
         if self.info["outputs"] == "raw":
             return self._decode_raw(outputs, scale)
-        count = int(outputs["num_detections"][0])
+        if detections_per_box is None:
+            detections_per_box = int(self.info.get("detections_per_box", 1))
+        # The op's num_detections counts boxes; fast NMS writes each box once per class kept.
+        count = int(outputs["num_detections"][0]) * detections_per_box
         height, width = self.image_size
         pixels = np.array([height, width, height, width], np.float32) * image_box_factors(scale)
         scores = outputs["detection_scores"][0, :count].astype(np.float32)
