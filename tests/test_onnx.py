@@ -1,4 +1,4 @@
-"""ONNX export (export/onnx.py), its parity check (onnx_parity.py), the ONNX Runtime runner
+"""ONNX export (export/onnx.py), its parity check (graph_parity.py), the ONNX Runtime runner
 (inference/onnx_runner.py), Detector("model.onnx") and efficientdet-eval --onnx.
 
 One D0 at 128 px with hard NMS is exported once per module. It is untrained but made
@@ -17,25 +17,25 @@ import numpy as np
 import pytest
 import tf_keras
 
-from helpers import (FAST, confident_model, overlapping_pairs, python, score_twice,
-                     synthetic_images, tiny_config, write_image, write_tfrecord)
+from helpers import (FAST, confident_model, overlapping_pairs, printed_metrics, python,
+                     score_twice, synthetic_images, tiny_config, write_self_labelled_data)
 from efficientdet_keras import Detector, EfficientDetNet, save_ckpt
 from efficientdet_keras.data.pipeline import InputPipeline
-from efficientdet_keras.data.records import ImageRecord
 from efficientdet_keras.data.sources import TFRecordSource
 from efficientdet_keras.detection.postprocess import postprocess_detections
 from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
 from efficientdet_keras.evaluation.runner import evaluate_dataset
-from efficientdet_keras.evaluation.tflite_evaluation import (ONNXEvaluation,
+from efficientdet_keras.evaluation.tflite_evaluation import (GraphFileEvaluation,
                                                              pipeline_images_to_uint8)
 
 pytest.importorskip("tf2onnx", reason="tf2onnx (the onnx extra) is not installed")
 pytest.importorskip("onnxruntime", reason="onnxruntime (the onnx extra) is not installed")
 
-from efficientdet_keras.export import onnx as onnx_export, onnx_parity  # noqa: E402
+from efficientdet_keras.export import onnx as onnx_export, graph_parity  # noqa: E402
 from efficientdet_keras.export.tflite_parity import saved_model_batch_detect  # noqa: E402
+from efficientdet_keras.inference.graph_file_runner import split_outputs  # noqa: E402
 from efficientdet_keras.inference.onnx_runner import (INSTALL_HINT, ONNXDetector,  # noqa: E402
-                                                      ONNXMissingError, split_outputs)
+                                                      ONNXMissingError)
 
 LABEL_MAP = {1: "circle", 2: "square", 3: "triangle", 4: "cross"}
 HARD = {"method": "hard"}
@@ -66,7 +66,7 @@ def run_tool(name, *args):
 def assert_same_detections(found, reference):
     """Both dicts (boxes in pixels, scores, classes) hold the same detections, pairwise."""
     assert len(found["scores"]) == len(reference["scores"])
-    matched = onnx_parity.match_detections(found, reference, SCORE_TOLERANCE, PIXEL_TOLERANCE)
+    matched = graph_parity.match_detections(found, reference, SCORE_TOLERANCE, PIXEL_TOLERANCE)
     assert matched["unmatched"] == matched["tied"] == 0, matched
 
 
@@ -131,7 +131,7 @@ def test_detections_equal_the_saved_model_function(exported, batch_size):
 def test_parity_check_passes_and_fails_when_the_weights_move(exported):
     model, path, _ = exported
     images = synthetic_images(2, 96, 160) + synthetic_images(1, 150, 90)  # Two batches.
-    result, = onnx_parity.standard_checks(model, path, images)
+    result, = graph_parity.standard_checks(model, path, images)
     print(result.summary)
     assert result.passed and result.summary.endswith(": ok"), result.summary
     assert result.measured["compared"] == 300 and result.measured["tied"] == 0  # Boxes too.
@@ -140,7 +140,7 @@ def test_parity_check_passes_and_fails_when_the_weights_move(exported):
     bias = model.class_net.predict.bias
     bias.assign_add(np.full(bias.shape, 1e-3, np.float32))
     try:
-        result = onnx_parity.detection_parity(model, path, images[:1])
+        result = graph_parity.detection_parity(model, path, images[:1])
     finally:
         bias.assign_sub(np.full(bias.shape, 1e-3, np.float32))
     assert not result.passed and "FAILED" in result.summary, result.summary
@@ -154,17 +154,17 @@ def test_matching_pairs_ties_by_score_and_nothing_else():
                 "boxes": rows[:, 2:3] + np.array([0.0, 0.0, 10.0, 10.0])}
 
     reference = detections([[0.9, 1, 0], [0.5, 2, 20], [0.5, 3, 40], [0.2, 1, 60]])
-    exact = onnx_parity.match_detections(
+    exact = graph_parity.match_detections(
         detections([[0.9, 1, 0.5], [0.50002, 3, 40], [0.49999, 2, 20], [0.2, 1, 60]]),
         reference, 1e-4, 1.0)
     assert exact == {"unmatched": 0, "tied": 0, "max_score_difference": pytest.approx(2e-5),
                      "max_box_difference": 0.5}
     # The two detections scoring 0.5 tie: another class or box there is the runtime's choice.
-    tied = onnx_parity.match_detections(
+    tied = graph_parity.match_detections(
         detections([[0.9, 1, 0], [0.5, 1, 30], [0.5, 4, 50], [0.2, 1, 60]]), reference, 1e-4, 1.0)
     assert (tied["unmatched"], tied["tied"]) == (0, 2)
     # A lone score with another box, or a score moved beyond the tolerance, is a mismatch.
-    moved = onnx_parity.match_detections(
+    moved = graph_parity.match_detections(
         detections([[0.9, 1, 2], [0.5, 2, 20], [0.5, 3, 40], [0.2003, 1, 60]]), reference, 1e-4,
         1.0)
     assert (moved["unmatched"], moved["tied"]) == (2, 0)
@@ -248,8 +248,8 @@ def test_a_global_nms_config_exports_global_nms_and_checks_against_it(exported, 
     model.config.nms_configs.method = "global"
     try:
         path = onnx_export.export_onnx(model, str(tmp_path / "global.onnx"))
-        result, = onnx_parity.standard_checks(model, path, images)
-        per_class = onnx_parity.detection_parity(
+        result, = graph_parity.standard_checks(model, path, images)
+        per_class = graph_parity.detection_parity(
             model, path, images, reference_detect=saved_model_batch_detect(model, "hard"))
     finally:
         model.config.nms_configs.method = "hard"
@@ -300,29 +300,6 @@ def test_detector_runs_the_file_as_the_model_detects(exported, monkeypatch):
         Detector(path)
 
 
-def write_self_labelled_data(model, folder, height, width):
-    """A TFRecord of 6 synthetic images whose ground truth is the model's own best
-    detections (score > 0.3, hard NMS), so that AP is far from 0 and moves with any box or
-    score error. Returns the file."""
-    os.makedirs(folder)
-    images = synthetic_images(6, height, width, seed=21)
-    records = []
-    for index, (image, found) in enumerate(zip(images, Detector.from_model(model).detect(images))):
-        keep = found.top(score_threshold=0.3, max_detections=6)
-        boxes = keep.boxes.astype(np.float32)
-        path = write_image(os.path.join(folder, "%d.png" % index), image, fmt="png")
-        records.append(ImageRecord(index + 1, path, height, width, boxes, keep.class_ids,
-                                   np.zeros(len(keep), bool),
-                                   (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])))
-    assert sum(len(record.classes) for record in records) >= 6
-    return write_tfrecord(os.path.join(folder, "val.tfrecord"), records)
-
-
-def printed_metrics(stdout):
-    return {line.split()[0]: float(line.split()[1]) for line in stdout.splitlines()
-            if len(line.split()) == 2 and line.split()[0].startswith(("AP", "AR"))}
-
-
 def keras_evaluation_on_uint8_images(model, records):
     """The model's metrics and COCO rows (hard NMS) on the images the .onnx evaluation
     feeds: the pipeline's letterboxed images, rounded to uint8."""
@@ -345,8 +322,8 @@ def test_eval_of_the_file_scores_as_the_model_with_hard_nms(exported, tmp_path):
     model, path, _ = exported
     # Letterboxed (scale 1.25, padded): the .onnx gets them rounded to uint8, as a .tflite.
     records = write_self_labelled_data(model, str(tmp_path / "data"), 96, 160)
-    evaluation = ONNXEvaluation(ONNXDetector(path), TFRecordSource(records), batch_size=4,
-                                progress=False)
+    evaluation = GraphFileEvaluation(ONNXDetector(path), TFRecordSource(records), batch_size=4,
+                                     progress=False)
     evaluated, metrics, timing = evaluation.run()
     assert evaluated == path and timing.images == 6 and metrics["AP"] > 0.3, metrics
     rows = evaluation.evaluator.detection_results()
@@ -390,23 +367,3 @@ def test_eval_of_the_file_scores_as_the_model_with_hard_nms(exported, tmp_path):
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     assert refused.stderr.strip().splitlines()[-1] == (
         "efficientdet-eval: --onnx: the file's NMS was fixed at export; leave out --nms_method")
-
-
-def test_global_nms_exports_and_equals_the_saved_model_function(exported, tmp_path):
-    """nms_configs.method global (one NMS across classes) has an ONNX form too."""
-    model, _, _ = exported
-    model.config.override({"nms_configs": {"method": "global"}})
-    try:
-        path = onnx_export.export_onnx(model, str(tmp_path / "global.onnx"))
-        with open(path + ".json") as f:
-            assert json.load(f)["nms_configs"]["method"] == "global"
-        runner = ONNXDetector(path)
-        images = np.stack(synthetic_images(2, 96, 160, seed=11))
-        got, expected = runner.run(images), saved_model_batch_detect(model)(images)
-        for one_got, one_expected in zip(split_outputs(got), split_outputs(expected)):
-            found = runner.detections_from_outputs(one_got, image_size=(96, 160))
-            reference = runner.detections_from_outputs(one_expected, image_size=(96, 160))
-            assert np.sum(reference["scores"] > 0.3) >= 3
-            assert_same_detections(found, reference)
-    finally:
-        model.config.override({"nms_configs": HARD})

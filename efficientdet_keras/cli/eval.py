@@ -11,6 +11,9 @@
   efficientdet-eval --tflite=exported/demo.tflite --val_file_pattern='data/val-*.tfrecord'
   # An exported .onnx file (efficientdet-export --format=onnx), run with ONNX Runtime:
   efficientdet-eval --onnx=exported/demo/model.onnx --val_file_pattern='data/val-*.tfrecord'
+  # An exported OpenVINO IR (efficientdet-export --format=openvino), run with OpenVINO:
+  efficientdet-eval --openvino=exported/demo-openvino/model.xml \
+      --val_file_pattern='data/val-*.tfrecord'
 
   # Continuous: evaluate every new checkpoint of a training run once, keep the best:
   efficientdet-eval --model_dir=runs/d0 --val_file_pattern=... --continuous
@@ -85,6 +88,9 @@ flags.DEFINE_integer("tflite_threads", None, "--tflite: interpreter threads (def
 flags.DEFINE_string("onnx", "", "Evaluate this .onnx file (with its .onnx.json) with ONNX Runtime "
                     "instead of a checkpoint; its NMS was fixed at export, so the --nms_* flags "
                     "do not apply.")
+flags.DEFINE_string("openvino", "", "Evaluate this OpenVINO model.xml (with its model.bin and "
+                    "model.xml.json) with OpenVINO instead of a checkpoint; its NMS was fixed at "
+                    "export, so the --nms_* flags do not apply.")
 flags.DEFINE_integer("write_images", 0, "Draw the first N evaluation images, ground truth beside "
                      "the detections, as <id>.png and a TensorBoard image summary in "
                      "<images_dir>/<checkpoint, .tflite or .onnx name>/ (0: none).")
@@ -101,16 +107,18 @@ def check_flags():
         value = FLAGS[name].value
         if value and not os.path.exists(value):
             return "--%s %s does not exist" % (name, value)
-    if FLAGS.tflite and FLAGS.onnx:
-        return "give --tflite or --onnx, not both"
-    exported = "--tflite" if FLAGS.tflite else "--onnx" if FLAGS.onnx else ""
+    given = ["--" + name for name in EXPORTED_FLAGS if FLAGS[name].value]
+    if len(given) > 1:
+        return "give one of %s, not %s" % (", ".join("--" + n for n in EXPORTED_FLAGS),
+                                           " and ".join(given))
+    exported = given[0] if given else ""
     if exported and (FLAGS.continuous or FLAGS.ckpt):
         return "%s evaluates one file: leave out --continuous and --ckpt" % exported
-    if FLAGS.onnx and nms_overrides():
-        return ("--onnx: the file's NMS was fixed at export; leave out --%s"
-                % ", --".join(_NMS_FLAGS[key] for key in nms_overrides()))
+    if exported in ("--onnx", "--openvino") and nms_overrides():
+        return ("%s: the file's NMS was fixed at export; leave out --%s"
+                % (exported, ", --".join(_NMS_FLAGS[key] for key in nms_overrides())))
     if not (FLAGS.model_dir or FLAGS.ckpt or exported):
-        return "give --model_dir, --ckpt, --tflite or --onnx"
+        return "give --model_dir, --ckpt, --tflite, --onnx or --openvino"
     if FLAGS.continuous and not FLAGS.model_dir:
         return "--continuous needs --model_dir"
     if FLAGS.batch_size < 1:
@@ -122,6 +130,8 @@ def check_flags():
     return None
 
 
+# The flags that evaluate an exported file instead of a checkpoint.
+EXPORTED_FLAGS = ("tflite", "onnx", "openvino")
 # nms_configs key -> the flag that overrides it.
 _NMS_FLAGS = {"method": "nms_method", "iou_thresh": "nms_iou_thresh",
               "score_thresh": "nms_score_thresh", "max_output_size": "nms_max_output_size",
@@ -148,19 +158,20 @@ def load_config():
 
 
 def build_file_evaluation():
-    """The --tflite or --onnx evaluation; config: the sidecar's, plus --hparams and
-    the --nms_* flags, --resize_mode and --tta."""
+    """The --tflite, --onnx or --openvino evaluation; config: the sidecar's, plus --hparams
+    and the --nms_* flags, --resize_mode and --tta."""
     from efficientdet_keras.evaluation import tflite_evaluation
-    if FLAGS.onnx:
-        from efficientdet_keras.inference.onnx_runner import ONNXDetector
-        detector = ONNXDetector(FLAGS.onnx, config_overrides=FLAGS.hparams)
-        evaluation_class = tflite_evaluation.ONNXEvaluation
+    if FLAGS.onnx or FLAGS.openvino:
+        from efficientdet_keras.inference.loading import graph_file_detector
+        detector = graph_file_detector(FLAGS.onnx or FLAGS.openvino,
+                                       config_overrides=FLAGS.hparams)
+        evaluation_class = tflite_evaluation.GraphFileEvaluation
     else:
         from efficientdet_keras.inference.tflite_runner import TFLiteDetector
         detector = TFLiteDetector(FLAGS.tflite, num_threads=FLAGS.tflite_threads,
                                   config_overrides=FLAGS.hparams)
         evaluation_class = tflite_evaluation.TFLiteEvaluation
-    apply_evaluation_flags(detector.config)  # check_flags refused --nms_* for an .onnx.
+    apply_evaluation_flags(detector.config)  # check_flags refused --nms_* for graph files.
     return evaluation_class(detector, eval_source(), FLAGS.val_json_file or None,
                             batch_size=FLAGS.batch_size, max_images=FLAGS.eval_samples or None,
                             backend=FLAGS.backend, progress=FLAGS.progress,
@@ -198,7 +209,7 @@ def write_evaluation_images(images, evaluated_path: str) -> None:
     from efficientdet_keras.evaluation.continuous import checkpoint_epoch
     from efficientdet_keras.reports.eval_images import IMAGES_DIR
     name = os.path.basename(evaluated_path)
-    for suffix in (".tflite", ".onnx"):
+    for suffix in (".tflite", ".onnx", ".xml"):
         if name.endswith(suffix):
             name = name[:-len(suffix)]
     directory = os.path.join(FLAGS.images_dir or os.path.join(FLAGS.model_dir, IMAGES_DIR), name)
@@ -232,7 +243,7 @@ def main(argv):
     problem = check_flags()
     if problem:
         sys.exit("%s: %s" % (TOOL, problem))
-    if FLAGS.tflite or FLAGS.onnx:
+    if any(FLAGS[name].value for name in EXPORTED_FLAGS):
         evaluation = run_or_exit(TOOL, build_file_evaluation)
     else:
         evaluation = run_or_exit(TOOL, lambda: build_evaluation(load_config()))

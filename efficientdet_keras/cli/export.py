@@ -1,5 +1,5 @@
-"""efficientdet-export: a checkpoint as a serving SavedModel, a TF-Hub feature module, a .tflite
-or an .onnx file.
+"""efficientdet-export: a checkpoint as a serving SavedModel, a TF-Hub feature module, a .tflite,
+an .onnx or an OpenVINO file.
 
   # Detection SavedModel (uint8 images, encoded images, tf.Example signatures):
   efficientdet-export --model_dir=runs/demo --export_dir=exported/demo
@@ -11,6 +11,8 @@ or an .onnx file.
   # ONNX (writes <export_dir>/model.onnx and model.onnx.json, then checks parity); hard NMS
   # per class when the config has soft-NMS, which ONNX cannot run (one warning line says so):
   efficientdet-export --model_dir=runs/demo --format=onnx --export_dir=exported/demo-onnx
+  # OpenVINO IR (model.xml, model.bin and model.xml.json, then checks parity), soft-NMS kept:
+  efficientdet-export --model_dir=runs/demo --format=openvino --export_dir=exported/demo-openvino
 
 The config comes from <model_dir>/config.yaml when present, else --model_name, else
 the released model --ckpt names; --hparams overrides any of them (e.g.
@@ -37,12 +39,17 @@ flags.DEFINE_string("ckpt", "", "Checkpoint prefix, directory (its latest), arch
                     "default: latest in model_dir.")
 flags.DEFINE_string("hparams", "", HPARAMS_HELP)
 flags.DEFINE_string("export_dir", "", "Where the SavedModel or hub module is written (replaced "
-                    "atomically); tflite, onnx: the folder of model.tflite or model.onnx.")
-flags.DEFINE_enum("format", "saved_model", ["saved_model", "hub", "tflite", "onnx"],
+                    "atomically); tflite, onnx, openvino: the folder of model.tflite, "
+                    "model.onnx or model.xml.")
+flags.DEFINE_enum("format", "saved_model", ["saved_model", "hub", "tflite", "onnx", "openvino"],
                   "saved_model: the detector for serving; hub: a TF-Hub feature module; "
                   "tflite: <export_dir>/model.tflite and its sidecar model.tflite.json; "
-                  "onnx: <export_dir>/model.onnx and its sidecar model.onnx.json (needs "
-                  "nms_configs.method=hard).")
+                  "onnx: <export_dir>/model.onnx and its sidecar model.onnx.json (hard NMS); "
+                  "openvino: <export_dir>/model.xml, model.bin and model.xml.json (the "
+                  "config's NMS, soft-NMS included).")
+flags.DEFINE_enum("openvino_precision", "float32", ["float32", "float16"],
+                  "openvino: the weights' precision (float16: half the size; the runner "
+                  "computes in float32 either way).")
 flags.DEFINE_string("tflite_quantization", "float32",
                     "tflite: float32, float16 (weights) or int8 (full integer); FP32, FP16 and "
                     "INT8 are accepted too.")
@@ -52,20 +59,21 @@ flags.DEFINE_enum("tflite_input_type", "uint8", ["uint8", "float32"],
                   "tflite: the image input's type (float32 holds 0..255).")
 flags.DEFINE_string("representative_data", "",
                     "tflite: TFRecord file pattern of images for int8 calibration and the parity "
-                    "checks (needed for int8); onnx: images for the parity check.")
+                    "checks (needed for int8); onnx, openvino: images for the parity check.")
 flags.DEFINE_integer("num_calibration_images", 100, "tflite int8: images used for calibration.",
                      lower_bound=1)
 flags.DEFINE_boolean("fold_batch_norm", True,
-                     "saved_model, onnx: run the network with every BatchNorm folded into its "
-                     "conv (the same detections, fewer kernels; --nofold_batch_norm keeps them).")
+                     "saved_model, onnx, openvino: run the network with every BatchNorm folded "
+                     "into its conv (the same detections, fewer kernels; --nofold_batch_norm "
+                     "keeps them).")
 flags.DEFINE_integer("onnx_opset", 17, "onnx: the file's ONNX opset, 13 to 18 (the default, "
                      "17, is read by ONNX Runtime 1.13+ and TensorRT 8.6+).")
 flags.DEFINE_enum("serving_precision", "", ["", "float32", "bfloat16", "float16"],
                   "saved_model: the network's compute precision (needs --fold_batch_norm); "
                   "empty: the config's mixed_precision.")
 flags.DEFINE_boolean("check_parity", True,
-                     "tflite, onnx: after writing, compare the file with the Keras model and "
-                     "the detection SavedModel; exit 1 when a check fails.")
+                     "tflite, onnx, openvino: after writing, compare the file with the Keras "
+                     "model and the detection SavedModel; exit 1 when a check fails.")
 
 
 def export():
@@ -82,6 +90,8 @@ def export():
         return export_tflite_and_check(model)
     if FLAGS.format == "onnx":
         return export_onnx_and_check(model)
+    if FLAGS.format == "openvino":
+        return export_openvino_and_check(model)
     if FLAGS.format == "hub":
         from efficientdet_keras.export.hub_module import export_feature_module
         path = export_feature_module(model, FLAGS.export_dir)
@@ -144,7 +154,7 @@ def export_tflite_and_check(model):
 
 def export_onnx_and_check(model):
     """Writes <export_dir>/model.onnx (+ sidecar) and runs its parity check."""
-    from efficientdet_keras.export import onnx, onnx_parity, tflite_parity
+    from efficientdet_keras.export import onnx, graph_parity, tflite_parity
     os.makedirs(FLAGS.export_dir, exist_ok=True)
     path = onnx.export_onnx(model, os.path.join(FLAGS.export_dir, onnx.ONNX_FILE_NAME),
                             FLAGS.onnx_opset, FLAGS.fold_batch_norm)
@@ -154,8 +164,24 @@ def export_onnx_and_check(model):
                            os.path.getsize(path) / 1e6))
     if FLAGS.check_parity:
         images = tflite_parity.check_images(model.config, FLAGS.representative_data or None)
-        report_parity(path, onnx_parity.standard_checks(model, path, images,
+        report_parity(path, graph_parity.standard_checks(model, path, images,
                                                         FLAGS.fold_batch_norm))
+
+
+def export_openvino_and_check(model):
+    """Writes <export_dir>/model.xml and model.bin (+ sidecar) and runs its parity check."""
+    from efficientdet_keras.export import graph_parity, openvino, tflite_parity
+    path = openvino.export_openvino(
+        model, os.path.join(FLAGS.export_dir, openvino.OPENVINO_FILE_NAME),
+        FLAGS.openvino_precision, FLAGS.fold_batch_norm)
+    size = sum(os.path.getsize(p) for p in (path, path[:-len(".xml")] + ".bin"))
+    print("Exported OpenVINO model (%s weights, %s NMS, uint8 images of any size and batch) "
+          "to %s, %.1f MB" % (FLAGS.openvino_precision, model.config.nms_configs.method or "hard",
+                              path, size / 1e6))
+    if FLAGS.check_parity:
+        images = tflite_parity.check_images(model.config, FLAGS.representative_data or None)
+        report_parity(path, graph_parity.standard_checks(model, path, images,
+                                                         FLAGS.fold_batch_norm))
 
 
 def report_parity(path, results):

@@ -1,11 +1,11 @@
-"""COCO evaluation of an exported .tflite or .onnx file, the same way as of a Keras checkpoint.
+"""COCO evaluation of an exported .tflite, .onnx or OpenVINO file, as of a Keras checkpoint.
 
 The images come from the evaluation InputPipeline (decode, aspect-preserving
 resize, padding), as for a checkpoint; its normalisation is undone and the
 result rounded to uint8, which is exactly what `TFLiteDetector.letterbox` gives
 for the original image (padding = the mean colour). The .tflite runs image by
-image (batch 1); the .onnx runs the pipeline's batches (its own letterboxing
-leaves an image of the input size as it is). Their detections, in original
+image (batch 1); the .onnx and OpenVINO files run the pipeline's batches (their own
+letterboxing leaves an image of the input size as it is). Their detections, in original
 pixels, go to the same COCOEvaluator through `evaluate_dataset`.
 """
 
@@ -19,7 +19,7 @@ from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
 from efficientdet_keras.evaluation.id_check import check_source_ids_match
 from efficientdet_keras.evaluation.runner import (evaluate_dataset, flip_tta_fns,
                                                    stack_detections)
-from efficientdet_keras.inference.onnx_runner import ONNXDetector, split_outputs
+from efficientdet_keras.inference.graph_file_runner import GraphFileDetector, split_outputs
 from efficientdet_keras.inference.tflite_runner import TFLiteDetector, to_uint8
 
 
@@ -57,17 +57,17 @@ def tflite_detect_fns(detector: TFLiteDetector):
     return file_detect_fns(detector, lambda images: [detector.run(image) for image in images])
 
 
-def onnx_detect_fns(detector: ONNXDetector):
-    """`file_detect_fns` of an .onnx: ONNX Runtime runs the whole batch at once."""
+def graph_file_detect_fns(detector: GraphFileDetector):
+    """`file_detect_fns` of an .onnx or OpenVINO file: the runtime runs the whole batch."""
     return file_detect_fns(detector, lambda images: split_outputs(detector.run(images)))
 
 
 class FileEvaluation:
     """An exported file's detector, an evaluation pipeline and an evaluator (as
-    CheckpointEvaluation); TFLiteEvaluation and ONNXEvaluation say how the file runs.
+    CheckpointEvaluation); TFLiteEvaluation and GraphFileEvaluation say how the file runs.
 
     Args:
-      detector: a TFLiteDetector or ONNXDetector; its config (from the sidecar) sets the
+      detector: a TFLiteDetector or GraphFileDetector; its config (from the sidecar) sets the
         input size, anchors, classes and the normalisation that is undone.
       source, annotation_file, batch_size, max_images, backend, progress, on_detections:
         as CheckpointEvaluation (for a .tflite, batch_size only batches the input pipeline).
@@ -112,8 +112,8 @@ class TFLiteEvaluation(FileEvaluation):
         return tflite_detect_fns(self.detector)
 
 
-class ONNXEvaluation(FileEvaluation):
-    """The evaluation of an .onnx file (an ONNXDetector); see FileEvaluation."""
+class GraphFileEvaluation(FileEvaluation):
+    """The evaluation of an .onnx or OpenVINO file (a GraphFileDetector); see FileEvaluation."""
 
     def detect_fns(self):
-        return onnx_detect_fns(self.detector)
+        return graph_file_detect_fns(self.detector)

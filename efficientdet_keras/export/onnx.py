@@ -37,9 +37,8 @@ from absl import logging
 from efficientdet_keras.checkpoint import ensure_built
 from efficientdet_keras.export.strip import strip_for_export
 from efficientdet_keras.inference.onnx_runner import INSTALL_HINT, ONNXMissingError
-from efficientdet_keras.inference.serving_graph import DetectionModule, inference_network
+from efficientdet_keras.inference.serving_graph import DetectionModule, float32_serving_network
 from efficientdet_keras.inference.sidecar import model_info, sidecar_path
-from efficientdet_keras.model.folding import can_fold
 from efficientdet_keras.model.weights import averaged_weights
 from efficientdet_keras.utils.fileio import write_bytes_atomically, write_json_atomically
 
@@ -115,14 +114,6 @@ def _name_dynamic_dimensions(proto) -> None:
         output.type.tensor_type.shape.dim[0].dim_param = "batch"
 
 
-def serving_network(model, fold_batch_norm: bool = True):
-    """The network the .onnx runs, with `model`'s current weights: BatchNorm folded when
-    asked and possible, computing in float32 (ONNX Runtime's CPU kernels have no bfloat16
-    convolutions)."""
-    folding = fold_batch_norm and can_fold(model.config)
-    return inference_network(model, folding, "float32" if folding else None)
-
-
 def convert(model, opset: int = DEFAULT_OPSET, fold_batch_norm: bool = True) -> bytes:
     """The serialized ONNX model of `model` (EMA weights when it keeps them); see the
     module doc.
@@ -136,7 +127,7 @@ def convert(model, opset: int = DEFAULT_OPSET, fold_batch_norm: bool = True) -> 
     ensure_built(model)  # Variables must exist before tracing.
     model = strip_for_export(model)
     with averaged_weights(model):
-        network = serving_network(model, fold_batch_norm)
+        network = float32_serving_network(model, fold_batch_norm)
         module = DetectionModule(network, onnx_config(network.config))
         # The variables become constants here, while the EMA values are swapped in.
         proto, _ = tf2onnx.convert.from_function(

@@ -1,11 +1,11 @@
-"""The four ways a Detector runs a model: a Keras model in-process, an exported detection
-SavedModel, a .tflite file, an .onnx file.
+"""The ways a Detector runs a model: a Keras model in-process, an exported detection
+SavedModel, a .tflite file, an .onnx or OpenVINO file.
 
 Each backend takes uint8 [H, W, 3] images and gives, per image, every detection the model
 returns as (boxes [n, 4] in original pixels, scores [n], class ids [n]); the Keras and .tflite
 backends also give the raw network outputs. The Keras backend runs the SavedModel's own
-serving function (`DetectionModule`), and the .onnx file is that function converted, so a
-checkpoint and its exports detect alike.
+serving function (`DetectionModule`), and the .onnx and OpenVINO files are that function
+converted, so a checkpoint and its exports detect alike.
 """
 
 import json
@@ -131,19 +131,20 @@ def saved_model_backend(path: str) -> GraphBackend:
         label_map, path)
 
 
-class ONNXBackend(GraphBackend):
-    """An exported .onnx run with ONNX Runtime: the SavedModel's serving function converted
-    (pre-processing, network and NMS), on batches of one size."""
+class GraphFileBackend(GraphBackend):
+    """An exported .onnx (ONNX Runtime) or OpenVINO .xml (OpenVINO): the SavedModel's serving
+    function converted (pre-processing, network and NMS), on batches of one size."""
 
     def __init__(self, path: str, num_threads: Optional[int] = None):
-        from efficientdet_keras.inference.onnx_runner import ONNXDetector
-        self.runner = ONNXDetector(path, num_threads=num_threads)
+        from efficientdet_keras.inference.loading import graph_file_detector
+        self.runner = graph_file_detector(path, num_threads=num_threads)
         self.config = self.runner.config
         super().__init__(self.runner.run, label_names(self.config.label_map) or {}, path)
 
     def raw_outputs(self, images: List[np.ndarray]) -> List[RawOutputs]:
-        raise ValueError("%s is an ONNX detector (pre-processing, network and NMS in one "
-                         "graph): %s" % (self.description, NO_RAW_OUTPUTS))
+        raise ValueError("%s is an %s detector (pre-processing, network and NMS in one "
+                         "graph): %s" % (self.description, self.runner.format_name,
+                                         NO_RAW_OUTPUTS))
 
 
 class TFLiteBackend:

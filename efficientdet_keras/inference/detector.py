@@ -5,6 +5,7 @@
     detector = Detector("exported/demo")             # a detection SavedModel
     detector = Detector("exported/demo.tflite")      # a .tflite file (its .tflite.json beside it)
     detector = Detector("exported/demo.onnx")        # an .onnx file (its .onnx.json beside it)
+    detector = Detector("exported/ov/model.xml")     # an OpenVINO IR (model.bin, model.xml.json)
     detector = Detector("efficientdet-d0/", model_name="efficientdet-d0")  # a checkpoint
 
     found = detector.detect("photo.jpg", score_threshold=0.4)   # Detections
@@ -28,8 +29,8 @@ from efficientdet_keras.inference.results import BenchmarkResult, Detections, La
 
 
 class Detector:
-    """Detects objects with a model directory, a checkpoint, a SavedModel, a .tflite or an
-    .onnx file.
+    """Detects objects with a model directory, a checkpoint, a SavedModel, a .tflite, an .onnx
+    or an OpenVINO file.
 
     Args:
       path: what to load; its kind is recognised (`loading.source_kind`):
@@ -43,15 +44,17 @@ class Detector:
         - a detection SavedModel from efficientdet-export (label_map.json names classes);
         - a .tflite file from efficientdet-export --format=tflite (sidecar beside it);
         - an .onnx file from efficientdet-export --format=onnx (sidecar beside it), run
-          with ONNX Runtime (`pip install "efficientdet_keras[onnx]"`).
+          with ONNX Runtime (`pip install "efficientdet_keras[onnx]"`);
+        - an OpenVINO IR's .xml from efficientdet-export --format=openvino (its .bin and
+          sidecar beside it), run with OpenVINO (`pip install "efficientdet_keras[openvino]"`).
       model_name: the model of a checkpoint without config.yaml (e.g. "efficientdet-d0").
       hparams: config overrides ("k=v,..." or a dict) for a directory or checkpoint (NMS
         settings, classes, label_map) and for decoding a raw .tflite.
       tta: test-time augmentation: "flip" also runs each image's mirror image and fuses
         the two sets of detections by weighted box fusion (detection/tta.py); None: the
         config's key tta where the model has a config (not a SavedModel), else none.
-      num_threads: .tflite interpreter threads, ONNX Runtime's intra-op threads (None: the
-        runtime's default).
+      num_threads: .tflite interpreter threads, ONNX Runtime's intra-op threads, OpenVINO's
+        inference threads (None: the runtime's default).
 
     Checkpoints load their EMA weights where they have them, and run the SavedModel's own
     pre-processing, network and NMS graph in-process, so a checkpoint and its export give
@@ -71,15 +74,15 @@ class Detector:
             self._backend = _keras_backend(config, folder, released.name)
         elif kind == loading.TFLITE:
             self._backend = _tflite_backend(path, num_threads, hparams)
-        elif kind in (loading.SAVED_MODEL, loading.ONNX):
+        elif kind in (loading.SAVED_MODEL, loading.ONNX, loading.OPENVINO):
             if hparams:
                 raise ValueError("hparams cannot change %s: an exported %s keeps the config "
                                  "(NMS included) it was exported with"
                                  % (path, "SavedModel" if kind == loading.SAVED_MODEL
-                                    else ".onnx file"))
+                                    else "%s file" % os.path.splitext(path)[1]))
             from efficientdet_keras.inference import backends
             self._backend = (backends.saved_model_backend(path) if kind == loading.SAVED_MODEL
-                             else backends.ONNXBackend(path, num_threads=num_threads))
+                             else backends.GraphFileBackend(path, num_threads=num_threads))
         elif kind == loading.MODEL_DIR:
             config = loading.load_run_config(path, model_name or "", hparams)
             self._backend = _keras_backend(config, path, path)
@@ -120,7 +123,7 @@ class Detector:
 
     @property
     def config(self):
-        """The Config of a checkpoint, .tflite or .onnx (from its sidecar); None for a
+        """The Config of a checkpoint or exported file (from its sidecar); None for a
         SavedModel."""
         return getattr(self._backend, "config", None)
 
@@ -136,7 +139,7 @@ class Detector:
           max_detections: keep at most this many per image (None: all the model returns).
           only_network: return the network's raw outputs (`RawOutputs`: class logits and
             box codes) instead of detections; for checkpoints and raw .tflite files only
-            (a SavedModel or .onnx is one graph).
+            (a SavedModel, .onnx or OpenVINO file is one graph).
 
         Returns:
           `Detections` (boxes [n, 4] ymin, xmin, ymax, xmax in original pixels, scores,

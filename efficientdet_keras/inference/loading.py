@@ -12,12 +12,13 @@ CONFIG_FILE = "config.yaml"
 SAVED_MODEL_FILE = "saved_model.pb"
 TFLITE_SUFFIX = ".tflite"
 ONNX_SUFFIX = ".onnx"
+OPENVINO_SUFFIX = ".xml"
 # The model of a checkpoint that names none (no config.yaml, no released name, no model_name).
 DEFAULT_MODEL_NAME = "efficientdet-d0"
 
 # What a Detector can load from, as `source_kind` names it.
-MODEL_DIR, CHECKPOINT, SAVED_MODEL, TFLITE, ONNX = ("model_dir", "checkpoint", "saved_model",
-                                                    "tflite", "onnx")
+MODEL_DIR, CHECKPOINT, SAVED_MODEL, TFLITE, ONNX, OPENVINO = (
+    "model_dir", "checkpoint", "saved_model", "tflite", "onnx", "openvino")
 
 
 def load_run_config(model_dir: str, model_name: str, hparams, ckpt: str = ""):
@@ -78,7 +79,8 @@ def restore_model(config, ckpt: str, use_ema: Optional[bool] = None):
 
 
 def source_kind(path: str) -> str:
-    """Which kind of model `path` holds: MODEL_DIR, CHECKPOINT, SAVED_MODEL, TFLITE or ONNX.
+    """Which kind of model `path` holds: MODEL_DIR, CHECKPOINT, SAVED_MODEL, TFLITE, ONNX or
+    OPENVINO (an IR's .xml).
 
     Raises:
       FileNotFoundError / ValueError, one line naming the path, when it is none of these.
@@ -87,6 +89,8 @@ def source_kind(path: str) -> str:
         return TFLITE
     if os.path.isfile(path) and path.endswith(ONNX_SUFFIX):
         return ONNX
+    if os.path.isfile(path) and path.endswith(OPENVINO_SUFFIX):
+        return OPENVINO
     if os.path.isdir(path) and os.path.exists(os.path.join(path, SAVED_MODEL_FILE)):
         return SAVED_MODEL
     if os.path.isdir(path) and os.path.exists(os.path.join(path, CONFIG_FILE)):
@@ -100,8 +104,17 @@ def source_kind(path: str) -> str:
     except FileNotFoundError:
         raise ValueError("%s is not a model: expected a training directory (config.yaml and "
                          "ckpt-*), a checkpoint, a detection SavedModel (saved_model.pb), a "
-                         ".tflite or an .onnx file" % path) from None
+                         ".tflite, an .onnx or an OpenVINO .xml file" % path) from None
     return CHECKPOINT
+
+
+def graph_file_detector(path: str, num_threads: Optional[int] = None, config_overrides=None):
+    """The runner of an exported .onnx (ONNXDetector) or OpenVINO .xml (OpenVINODetector)."""
+    if path.endswith(OPENVINO_SUFFIX):
+        from efficientdet_keras.inference.openvino_runner import OpenVINODetector
+        return OpenVINODetector(path, num_threads, config_overrides)
+    from efficientdet_keras.inference.onnx_runner import ONNXDetector
+    return ONNXDetector(path, num_threads, config_overrides=config_overrides)
 
 
 def config_beside_checkpoint(ckpt: str) -> str:

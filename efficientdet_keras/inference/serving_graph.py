@@ -35,6 +35,14 @@ def inference_network(model, fold_batch_norm: bool = True, mixed_precision=None)
     return model
 
 
+def float32_serving_network(model, fold_batch_norm: bool = True):
+    """The network an exported graph file (.onnx, OpenVINO) runs, with `model`'s current
+    weights: BatchNorm folded when asked and possible, computing in float32 (the CPU runtimes
+    have no bfloat16 convolutions to match TensorFlow's)."""
+    folding = fold_batch_norm and can_fold(model.config)
+    return inference_network(model, folding, "float32" if folding else None)
+
+
 def preprocess_image(image: tf.Tensor, config):
     """uint8 [H, W, 3] -> (normalised input [h, w, 3] float32, image_scale, original (H, W)),
     fitted to the input as config.resize_mode says (image_scale [2], y and x, for stretch)."""
