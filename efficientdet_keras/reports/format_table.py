@@ -1,0 +1,194 @@
+"""One trained model in every serving format, side by side: accuracy, speed and size.
+
+    rows = format_table(model, config, checkpoint, FORMATS, "exported/table",
+                        source, annotation_file=None, calibration_pattern="data/val-*.tfrecord")
+    print(table_text(rows, throughput_batch=8))
+    write_table_csv(rows, "exported/table/formats.csv")
+
+Each format is exported with the package's own exporter into `<folder>/<format>/`, scored with
+COCO AP on the same validation data by the package's evaluation of that file, and timed end to
+end (uint8 image in, detections out) with `Detector.benchmark` at batch 1 and at a throughput
+batch. The SavedModel's AP is the checkpoint's: the SavedModel runs the same serving graph
+(tests/test_export.py holds them equal), so it is not evaluated twice.
+"""
+
+import csv
+import os
+from typing import Dict, List, NamedTuple, Optional, Sequence
+
+# The formats, each written by the package's exporter (`export_format`): the .tflite files run
+# the detection op's NMS, the SavedModel and OpenVINO the config's, ONNX hard NMS.
+FORMATS = ("saved_model", "onnx", "openvino", "openvino_fp16", "tflite", "tflite_fp16",
+           "tflite_int8")
+TABLE_COLUMNS = ("format", "AP", "AP50", "latency_ms", "images_per_second", "size_mb",
+                 "threads", "nms")
+
+
+class FormatRow(NamedTuple):
+    """One format's figures: AP and AP50 on the validation data, the median end-to-end
+    latency at batch 1, images/s at the throughput batch, the size on disk and the threads
+    the runtime was given (0: its default)."""
+    format: str
+    path: str
+    AP: float
+    AP50: float
+    latency_ms: float
+    images_per_second: float
+    size_mb: float
+    threads: int
+    nms: str
+
+
+def check_formats(formats: Sequence[str]) -> List[str]:
+    """The formats asked for ("all" for every one), in FORMATS order; ValueError naming a
+    bad one."""
+    asked = list(FORMATS) if list(formats) == ["all"] else list(formats)
+    unknown = [f for f in asked if f not in FORMATS]
+    if unknown:
+        raise ValueError("unknown format %s: choose from %s, or all"
+                         % (", ".join(unknown), ", ".join(FORMATS)))
+    return [f for f in FORMATS if f in asked]
+
+
+def megabytes(path: str) -> float:
+    """Size on disk of a file (an IR with its .bin) or of a folder's files, in MB."""
+    if os.path.isdir(path):
+        return sum(os.path.getsize(os.path.join(root, name))
+                   for root, _, names in os.walk(path) for name in names) / 1e6
+    size = os.path.getsize(path)
+    if path.endswith(".xml"):
+        size += os.path.getsize(path[:-len(".xml")] + ".bin")
+    return size / 1e6
+
+
+def export_format(model, name: str, folder: str, calibration_pattern: Optional[str]) -> str:
+    """Writes `model` in format `name` under folder/name; returns the path a Detector loads."""
+    out = os.path.join(folder, name)
+    if name == "saved_model":
+        from efficientdet_keras.export.saved_model import export_detector
+        return export_detector(model, out)
+    if name == "onnx":
+        from efficientdet_keras.export.onnx import export_onnx
+        return export_onnx(model, os.path.join(out, "model.onnx"))
+    if name.startswith("openvino"):
+        from efficientdet_keras.export.openvino import export_openvino
+        return export_openvino(model, os.path.join(out, "model.xml"),
+                               "float16" if name.endswith("fp16") else "float32")
+    from efficientdet_keras.export.tflite import export_tflite
+    quantization = {"tflite": "float32", "tflite_fp16": "float16", "tflite_int8": "int8"}[name]
+    if quantization == "int8" and not calibration_pattern:
+        raise ValueError("tflite_int8 needs calibration images: give a TFRecord file pattern "
+                         "(--val_file_pattern)")
+    os.makedirs(out, exist_ok=True)
+    return export_tflite(model, os.path.join(out, "model.tflite"), quantization,
+                         representative_data=calibration_pattern)
+
+
+def evaluate_file(path: str, name: str, source, annotation_file, batch_size: int,
+                  num_threads: Optional[int]) -> Dict[str, float]:
+    """COCO metrics of an exported .onnx, OpenVINO or .tflite file."""
+    from efficientdet_keras.evaluation import tflite_evaluation
+    if name.startswith("tflite"):
+        from efficientdet_keras.inference.tflite_runner import TFLiteDetector
+        evaluation = tflite_evaluation.TFLiteEvaluation(
+            TFLiteDetector(path, num_threads=num_threads), source, annotation_file,
+            batch_size=batch_size, progress=False)
+    else:
+        from efficientdet_keras.inference.loading import graph_file_detector
+        evaluation = tflite_evaluation.GraphFileEvaluation(
+            graph_file_detector(path, num_threads), source, annotation_file,
+            batch_size=batch_size, progress=False)
+    return evaluation.run()[1]
+
+
+def evaluate_checkpoint(config, checkpoint: str, source, annotation_file,
+                        batch_size: int) -> Dict[str, float]:
+    from efficientdet_keras.evaluation.continuous import CheckpointEvaluation
+    evaluation = CheckpointEvaluation(config, source, annotation_file, batch_size=batch_size,
+                                      progress=False)
+    return evaluation.run(checkpoint)[1]
+
+
+def file_nms(name: str, config) -> str:
+    """The NMS the format's file runs, for the table."""
+    if name.startswith("tflite"):
+        from efficientdet_keras.export.tflite import op_nms_method
+        return "op " + op_nms_method(config)
+    if name == "onnx":
+        from efficientdet_keras.export.onnx import onnx_nms_method
+        return onnx_nms_method(config)
+    return config.nms_configs.method or "hard"
+
+
+def format_table(model, config, checkpoint: str, formats: Sequence[str], folder: str, source,
+                 annotation_file: Optional[str] = None,
+                 calibration_pattern: Optional[str] = None, batch_size: int = 8,
+                 throughput_batch: int = 8, runs: int = 10, warmup: int = 3,
+                 num_threads: Optional[int] = None, image=None,
+                 progress=print) -> List[FormatRow]:
+    """The FormatRow of each of `formats` (FORMATS names) for `model` (restored from
+    `checkpoint`, with `config`), its files written under `folder`.
+
+    source, annotation_file: the validation data (a data source; COCO JSON or None for ground
+    truth from the data). calibration_pattern: TFRecords for tflite_int8's calibration.
+    batch_size: evaluation batches. throughput_batch, runs, warmup: the timing (see
+    Detector.benchmark); image: what is timed (default a random 640x480 image).
+    num_threads: the .tflite, ONNX Runtime and OpenVINO threads (None: each runtime's
+    default; TensorFlow always uses its own). progress: called with a line per step.
+    """
+    from efficientdet_keras.inference.detector import Detector
+    rows = []
+    checkpoint_metrics = None
+    for name in check_formats(formats):
+        progress("%s: exporting" % name)
+        path = export_format(model, name, folder, calibration_pattern)
+        progress("%s: evaluating" % name)
+        if name == "saved_model":
+            checkpoint_metrics = checkpoint_metrics or evaluate_checkpoint(
+                config, checkpoint, source, annotation_file, batch_size)
+            metrics = checkpoint_metrics
+        else:
+            metrics = evaluate_file(path, name, source, annotation_file, batch_size,
+                                    num_threads)
+        progress("%s: timing" % name)
+        threads = None if name == "saved_model" else num_threads
+        detector = Detector(path, num_threads=threads)
+        single, batched = (detector.benchmark(image=image, batch_size=size, runs=runs,
+                                              warmup=warmup, verbose=False).end_to_end
+                           for size in (1, throughput_batch))
+        rows.append(FormatRow(name, path, float(metrics["AP"]), float(metrics["AP50"]),
+                              single.median_ms, batched.images_per_second, megabytes(path),
+                              int(threads or 0), file_nms(name, config)))
+    return rows
+
+
+def table_text(rows: Sequence[FormatRow], throughput_batch: int) -> str:
+    """The rows as a fixed-width table, with the ratios to the SavedModel and to ONNX."""
+    reference = {row.format: row for row in rows}
+    lines = ["%-14s %7s %7s %11s %9s %10s %9s %8s  %s" % (
+        "format", "AP", "AP50", "latency ms", "x SM", "images/s", "size MB", "threads", "NMS")]
+    saved = reference.get("saved_model")
+    for row in rows:
+        ratio = "%.2f" % (saved.latency_ms / row.latency_ms) if saved else "-"
+        lines.append("%-14s %7.4f %7.4f %11.1f %9s %10.1f %9.1f %8s  %s" % (
+            row.format, row.AP, row.AP50, row.latency_ms, ratio, row.images_per_second,
+            row.size_mb, row.threads or "default", row.nms))
+    lines.append("latency: batch 1, end to end (uint8 image in, detections out), median; "
+                 "images/s at batch %d; x SM: speed-up over the SavedModel at batch 1"
+                 % throughput_batch)
+    return "\n".join(lines)
+
+
+def write_table_csv(rows: Sequence[FormatRow], path: str) -> str:
+    """Writes the rows (TABLE_COLUMNS) as CSV, atomically."""
+    import io
+    from efficientdet_keras.utils.fileio import write_bytes_atomically
+    text = io.StringIO()
+    writer = csv.writer(text)
+    writer.writerow(TABLE_COLUMNS)
+    for row in rows:
+        writer.writerow([row.format, "%.4f" % row.AP, "%.4f" % row.AP50, "%.2f" % row.latency_ms,
+                         "%.2f" % row.images_per_second, "%.2f" % row.size_mb, row.threads,
+                         row.nms])
+    write_bytes_atomically(path, text.getvalue().encode("utf-8"))
+    return path
