@@ -103,6 +103,23 @@ def test_float16_halves_the_file_and_stays_close_to_float32(lite0, workdir):
     assert result.name == "float16_error" and result.passed, result.summary
 
 
+def test_int8_detections_keep_their_boxes(lite0, data, workdir):
+    """An int8 detections file puts its boxes where float32 does: its check counts the
+    detections without a float32 box of their class at IoU >= 0.5 (scores alone do not show
+    a file whose boxes all come out 0)."""
+    model, _ = lite0
+    path = tflite.export_tflite(model, str(workdir / "lite0-int8.tflite"), quantization="int8",
+                                representative_data=data.val_tfrecord, num_calibration_images=8)
+    result, = tflite_parity.standard_checks(model, path, synthetic_images(3, 96, 160))
+    print(result.summary)
+    assert result.name == "int8_error" and result.passed, result.summary
+    assert result.measured["detections"] >= 10, result.summary
+    assert result.measured["misplaced"] <= 0.25 * result.measured["detections"], result.summary
+    from efficientdet_keras.inference.tflite_runner import TFLiteDetector
+    found = TFLiteDetector(path).detect(synthetic_images(1, 96, 160)[0])
+    assert np.all(found["boxes"][:, 2:] > found["boxes"][:, :2]), found
+
+
 def run_export_tool(*args):
     """efficientdet-export in its own process (the CLI modules each define their flags)."""
     return subprocess.run([python(), "-m", "efficientdet_keras.cli.export", *args],

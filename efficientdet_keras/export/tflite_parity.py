@@ -34,6 +34,10 @@ SCORE_THRESHOLD = 0.3
 # Max abs score error of a quantized .tflite vs float32 that the checks accept (the export guide's
 # parity section has the errors seen on trained models).
 QUANTIZED_SCORE_TOLERANCE = {"float16": 0.05, "int8": 0.25}
+# A quantized file's detections above SCORE_THRESHOLD must mostly lie where float32 ones do:
+# at most MAX_MISPLACED of them without a float32 box of their class at IoU >= MIN_QUANTIZED_IOU.
+MIN_QUANTIZED_IOU = 0.5
+MAX_MISPLACED = 0.25
 # Enough images that a trained model shows tens of detections above SCORE_THRESHOLD.
 NUM_CHECK_IMAGES = 8
 # Detections this close to the score threshold may fall on either side of it.
@@ -194,6 +198,7 @@ def detection_parity(model, tflite_path: str, images: Sequence[np.ndarray],
     """
     detector = _detector(tflite_path)
     nms_method = detector.info.get("nms") or op_nms_method(model.config)
+    compared_with = "%s NMS, as the op" % nms_method if reference_detect is None else "given"
     reference_detect = reference_detect or saved_model_detect(model, nms_method)
     max_detections = int(detector.info["max_detections"])
     per_box = int(detector.info.get("detections_per_box", 1))
@@ -216,12 +221,36 @@ def detection_parity(model, tflite_path: str, images: Sequence[np.ndarray],
     verdict = "ok" if passed else "FAILED"
     if compared == 0:  # An untrained model: say that nothing was compared.
         verdict += " (nothing to compare: no score above %g on these images)" % score_threshold
-    summary = ("detections vs SavedModel (%s NMS, as the op): %d of %d detections with "
+    summary = ("detections vs SavedModel (%s): %d of %d detections with "
                "score > %g unmatched (same class, box within %g px) on %d image(s): %s"
-               % (nms_method, unmatched, compared, score_threshold, pixel_tolerance,
+               % (compared_with, unmatched, compared, score_threshold, pixel_tolerance,
                   len(images), verdict))
     return CheckResult("detection_parity", passed, summary,
                        {"compared": compared, "unmatched": unmatched})
+
+
+def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    """IoU of one [4] box with each of [n, 4] boxes (ymin, xmin, ymax, xmax)."""
+    height = np.clip(np.minimum(box[2], boxes[:, 2]) - np.maximum(box[0], boxes[:, 0]), 0, None)
+    width = np.clip(np.minimum(box[3], boxes[:, 3]) - np.maximum(box[1], boxes[:, 1]), 0, None)
+    area = lambda b: (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])  # noqa: E731
+    union = area(box) + area(boxes) - height * width
+    return np.where(union > 0, height * width / np.maximum(union, 1e-12), 0.0)
+
+
+def misplaced_boxes(found: Dict[str, np.ndarray], reference: Dict[str, np.ndarray],
+                    score_threshold: float, min_iou: float = MIN_QUANTIZED_IOU):
+    """(how many detections of `found` above score_threshold, how many of them have no
+    `reference` detection of the same class with IoU >= min_iou)."""
+    count = missing = 0
+    for box, score, cls in zip(found["boxes"], found["scores"], found["classes"]):
+        if score <= score_threshold:
+            continue
+        count += 1
+        same_class = reference["classes"] == cls
+        if not np.any(_iou(box, reference["boxes"][same_class]) >= min_iou):
+            missing += 1
+    return count, missing
 
 
 def _sorted_scores(scores: np.ndarray, count: int) -> np.ndarray:
@@ -235,8 +264,10 @@ def quantized_error(model, tflite_path: str, images: Sequence[np.ndarray],
     "raw" files: max abs difference of the class logits, box codes and scores
     (sigmoid of the logits) of every anchor against the Keras model. "detections"
     files: max abs difference between the sorted scores of the top detections (each box's
-    best class) and the SavedModel's sorted scores, with the op's NMS. Passes when the
-    scores' error is <= tolerance.
+    best class) and the SavedModel's sorted scores, with the op's NMS; and the detections
+    above SCORE_THRESHOLD without a float32 box of their class at IoU >= MIN_QUANTIZED_IOU
+    (`misplaced_boxes`). Passes when the scores' error is <= tolerance and, for detections
+    files, at most MAX_MISPLACED of the detections are misplaced.
     """
     detector = _detector(tflite_path)
     raw = detector.info["outputs"] == "raw"
@@ -244,8 +275,9 @@ def quantized_error(model, tflite_path: str, images: Sequence[np.ndarray],
         model, detector.info.get("nms") or op_nms_method(model.config))
     per_box = int(detector.info.get("detections_per_box", 1))
     worst: Dict[str, float] = {}
+    boxes = [0, 0]  # Detections above SCORE_THRESHOLD, and those misplaced (detection files).
     for image in images:
-        letterboxed, _ = detector.letterbox(image)
+        letterboxed, scale = detector.letterbox(image)
         got = detector.run(letterboxed)
         if raw:
             expected = keras_raw_outputs(model, letterboxed)
@@ -260,12 +292,24 @@ def quantized_error(model, tflite_path: str, images: Sequence[np.ndarray],
             differences = {"scores": float(np.max(np.abs(
                 _sorted_scores(got["detection_scores"], count) -
                 _sorted_scores(reference["detection_scores"], count)), initial=0.0))}
+            found = detector.detections_from_outputs(got, scale, detections_per_box=1)
+            placed = misplaced_boxes(found, _saved_model_detections(
+                reference, letterboxed.shape, scale), SCORE_THRESHOLD)
+            boxes = [b + p for b, p in zip(boxes, placed)]
         worst = {key: max(worst.get(key, 0.0), value) for key, value in differences.items()}
     passed = worst["scores"] <= tolerance
-    summary = ("%s vs float32 %s: max abs difference %s on %d image(s), score tolerance %g: %s"
+    boxes_line = ""
+    if not raw:
+        passed = passed and boxes[1] <= MAX_MISPLACED * boxes[0]
+        boxes_line = ("; %d of %d detections above %g without a float32 box of their class at "
+                      "IoU >= %g (at most %d%%)" % (boxes[1], boxes[0], SCORE_THRESHOLD,
+                                                    MIN_QUANTIZED_IOU, MAX_MISPLACED * 100))
+        worst.update(detections=boxes[0], misplaced=boxes[1])
+    summary = ("%s vs float32 %s: max abs difference %s on %d image(s), score tolerance %g%s: %s"
                % (detector.info["quantization"], "Keras" if raw else "SavedModel",
-                  ", ".join("%.3g (%s)" % (v, k) for k, v in worst.items()), len(images),
-                  tolerance, "ok" if passed else "FAILED"))
+                  ", ".join("%.3g (%s)" % (v, k) for k, v in worst.items()
+                            if k not in ("detections", "misplaced")),
+                  len(images), tolerance, boxes_line, "ok" if passed else "FAILED"))
     return CheckResult("%s_error" % detector.info["quantization"], passed, summary, worst)
 
 
