@@ -60,4 +60,4 @@ def test_the_default_image_and_a_missing_model_or_flag(tmp_path, model_dir):
     assert no_model.returncode == 1
     assert no_model.stderr.strip().splitlines()[-1] == (
         "efficientdet-bench: give --model: a training directory, a checkpoint, a detection "
-        "SavedModel or a .tflite file")
+        "SavedModel, a .tflite, .onnx or OpenVINO file")
