@@ -15,7 +15,7 @@ from typing import Dict, Optional, Sequence
 
 import numpy as np
 
-from efficientdet_keras.inference.graph_file_runner import GraphFileDetector
+from efficientdet_keras.inference.graph_file_runner import INPUT_NAME, GraphFileDetector
 
 INSTALL_HINT = 'pip install "efficientdet_keras[onnx]"'
 
@@ -72,5 +72,5 @@ class ONNXDetector(GraphFileDetector):
         self._check_io([{i.name} for i in self.runtime.get_inputs()], self._output_names)
 
     def _infer(self, images: np.ndarray) -> Dict[str, np.ndarray]:
-        outputs = self.runtime.run(self._output_names, {"images": images})
+        outputs = self.runtime.run(self._output_names, {INPUT_NAME: images})
         return dict(zip(self._output_names, outputs))

@@ -138,15 +138,13 @@ def format_table(model, config, checkpoint: str, formats: Sequence[str], folder:
     """
     from efficientdet_keras.inference.detector import Detector
     rows = []
-    checkpoint_metrics = None
     for name in check_formats(formats):
         progress("%s: exporting" % name)
         path = export_format(model, name, folder, calibration_pattern)
         progress("%s: evaluating" % name)
         if name == "saved_model":
-            checkpoint_metrics = checkpoint_metrics or evaluate_checkpoint(
-                config, checkpoint, source, annotation_file, batch_size)
-            metrics = checkpoint_metrics
+            metrics = evaluate_checkpoint(config, checkpoint, source, annotation_file,
+                                          batch_size)
         else:
             metrics = evaluate_file(path, name, source, annotation_file, batch_size,
                                     num_threads)
