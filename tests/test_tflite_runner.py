@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from helpers import REPO_ROOT, python, tiny_config
+from helpers import REPO_ROOT, keras_seeded, python, tiny_config
 from efficientdet_keras import EfficientDetNet
 from efficientdet_keras.data.pipeline import InputPipeline
 from efficientdet_keras.data.sources import TFRecordSource
@@ -44,9 +44,12 @@ SMALL = dict(image_size=64, num_classes=4, fpn_num_filters=16, fpn_cell_repeats=
 def spread_model(**overrides):
     """A tiny built model whose class scores are spread apart: an untrained head gives every
     anchor nearly the same score, and near-ties make the NMS order arbitrary (the bias also
-    raises them above the score thresholds)."""
-    model = EfficientDetNet(config=tiny_config(**SMALL, **overrides))
-    model.build_variables()
+    raises them above the score thresholds). Seeded: an unseeded model now and then has two
+    same-class scores within TFLite's rounding of each other, whose soft-NMS order (and so the
+    later scores) then differs between the .tflite and Keras."""
+    with keras_seeded(0):
+        model = EfficientDetNet(config=tiny_config(**SMALL, **overrides))
+        model.build_variables()
     weights = {v.name: v for v in model.variables}
     kernel = weights["class_net/class-predict/pointwise_kernel:0"]
     kernel.assign(tf.random.stateless_normal(kernel.shape, [1, 2], stddev=STDDEV))
