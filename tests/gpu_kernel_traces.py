@@ -16,6 +16,7 @@ FUNCTIONS = ("train", "test", "predict")
 # others); the backbone (all of EfficientNet-b0) is trained, so its backward kernels are in
 # the train graphs.
 TINY = dict(image_size=64, fpn_num_filters=16, fpn_cell_repeats=1, box_class_repeats=1,
+            backbone_blocks_per_stage=1,
             batch_size=2, max_level=5)
 
 # What tracing one function gave: its KernelReport, or (error type, message) when it failed.

@@ -224,6 +224,8 @@ def test_run_config_of_an_older_version_gains_the_new_keys(tmp_path):
     ("nms_configs.iou_thresh=2",
      "Invalid config: nms_configs.iou_thresh must be a number in [0, 1], got 2.0"),
     ("optimizer=3", "Config key optimizer expects a string, got 3"),
+    ("backbone_blocks_per_stage=0",
+     "Invalid config: backbone_blocks_per_stage must be null or a positive integer, got 0"),
     ("mean_rgb=1*x*3", "Config key mean_rgb expects numbers, got [1, 'x', 3]"),
 ])
 def test_wrong_values_are_one_line_errors_naming_the_key(override, message):

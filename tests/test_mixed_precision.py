@@ -27,7 +27,7 @@ PRECISIONS = (False, "float16", "bfloat16")
 
 def config(precision):
     return tiny_config(image_size=64, fpn_num_filters=16, fpn_cell_repeats=1,
-                       box_class_repeats=1, batch_size=4, mixed_precision=precision,
+                       box_class_repeats=1, backbone_blocks_per_stage=1, batch_size=4, mixed_precision=precision,
                        learning_rate=0.02, lr_warmup_init=0.02, jitter_min=1.0, jitter_max=1.0,
                        input_rand_hflip=False)
 

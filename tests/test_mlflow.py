@@ -33,6 +33,7 @@ image_size: 64
 fpn_num_filters: 16
 fpn_cell_repeats: 1
 box_class_repeats: 1
+backbone_blocks_per_stage: 1
 num_classes: 4
 label_map: {1: circle, 2: square, 3: triangle, 4: cross}
 jitter_min: 1.0

@@ -119,6 +119,24 @@ def test_backbone_block_counts():
     assert len(lite4) == 1 + 4 + 4 + 6 + 6 + 8 + 1
 
 
+def test_a_block_per_stage_keeps_each_stages_first_block_and_the_feature_levels():
+    full, shallow = block_specs("efficientnet-b3"), block_specs("efficientnet-b3", 1)
+    firsts = [spec for i, spec in enumerate(full)
+              if i == 0 or spec.output_filters != full[i - 1].output_filters]
+    assert shallow == firsts and len(shallow) == 7
+    assert len(block_specs("efficientnet-b3", 2)) == 2 * 7  # Every b3 stage has 2 or more.
+    assert block_specs("efficientnet-b0", 99) == block_specs("efficientnet-b0")
+
+    config = tiny_config(image_size=64, backbone_blocks_per_stage=1)
+    backbone = EfficientNetBackbone(config)
+    features = backbone(tf.zeros([1, 64, 64, 3]))
+    assert [f.shape[1] for f in features] == [32, 16, 8, 4, 2]
+    assert [f.shape[-1] for f in features] == [16, 24, 40, 112, 320]
+    names = {v.name for v in backbone.variables}
+    assert "efficientnet-b0/blocks_6/conv2d/kernel:0" in names  # Named as a released b0.
+    assert not any("blocks_7/" in name for name in names)
+
+
 @pytest.mark.parametrize("method,wsm_shape", [("fastattn", ()), ("attn", ()), ("sum", None),
                                               ("channel_attn", (16,)), ("channel_fastattn", (16,))])
 def test_fusion_methods(method, wsm_shape):

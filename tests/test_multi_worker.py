@@ -155,6 +155,7 @@ def test_a_multi_worker_save_reads_the_on_read_variables_means_batched(tmp_path)
 # so they make the same updates. SGD, not the demo's Adam: Adam turns the rounding-noise
 # gradients of biases before a BatchNorm (truly zero) into whole steps of random sign.
 HPARAMS = ("image_size=64,fpn_num_filters=16,fpn_cell_repeats=1,box_class_repeats=1,"
+           "backbone_blocks_per_stage=1,"
            "batch_size=2,steps_per_epoch=2,num_epochs=1,backup_steps=1,map_freq=1,"
            "jitter_min=1.0,jitter_max=1.0,input_rand_hflip=false,backbone_survival_prob=1.0,"
            "sync_batch_norm=true,optimizer=sgd")

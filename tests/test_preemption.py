@@ -165,7 +165,8 @@ def test_the_handlers_go_back_when_another_callback_ends_fit(tmp_path):
     from efficientdet_keras.data.synthetic import write_synthetic_dataset
     from efficientdet_keras.training.trainer import EfficientDetNetTrain
     config = tiny_config(image_size=64, fpn_num_filters=8, fpn_cell_repeats=1,
-                         box_class_repeats=1, batch_size=1, max_level=5)
+                         box_class_repeats=1, backbone_blocks_per_stage=1, batch_size=1,
+                         max_level=5)
     synthetic = write_synthetic_dataset(str(tmp_path / "data"), num_train=2, num_val=1,
                                         image_size=64, seed=3)
     config.num_classes = len(synthetic.label_map)

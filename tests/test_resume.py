@@ -191,6 +191,7 @@ KILL_SEED = int(os.environ.get("EFFICIENTDET_KILL_SEED", "11"))
 
 def kill_run_command(model_dir):
     hparams = ("image_size=64,fpn_num_filters=16,fpn_cell_repeats=1,box_class_repeats=1,"
+               "backbone_blocks_per_stage=1,"
                "batch_size=2,map_freq=1," + ",".join("%s=%d" % kv for kv in KILL_RUN.items()))
     return [sys.executable, TRAIN_TOOL, "--demo", "--demo_images=8", "--model_dir=%s" % model_dir,
             "--hparams=%s" % hparams, "--tf_random_seed=1", "--verbosity=1"]

@@ -19,8 +19,9 @@ from efficientdet_keras.training.trainer import EfficientDetNetTrain
 
 
 def small_config(**overrides):
-    """Full backbone, small heads, 64 px: quick to trace and run."""
+    """A block per backbone stage, small heads, 64 px: quick to trace and run."""
     values = dict(image_size=64, num_classes=4, fpn_num_filters=16, fpn_cell_repeats=1,
+                  backbone_blocks_per_stage=1,
                   box_class_repeats=1, batch_size=4, backbone_survival_prob=1.0,
                   moving_average_decay=0.9, num_epochs=2, map_freq=1, jitter_min=1.0,
                   jitter_max=1.0, input_rand_hflip=False)

@@ -14,6 +14,7 @@ def default_values() -> Dict[str, Any]:
         name="efficientdet-d1",
         # Model.
         backbone_name="efficientnet-b1",
+        backbone_blocks_per_stage=None,
         image_size=640,
         num_classes=90,
         label_map=None,

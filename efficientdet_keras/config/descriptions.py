@@ -26,6 +26,7 @@ VALUE_TYPES: Dict[str, str] = {
     "label_map": "dict, str or null",
     "survival_prob": "float or null",
     "backbone_survival_prob": "float or null",
+    "backbone_blocks_per_stage": "int or null",
     "sync_batch_norm": "bool or null",
     "autoaugment_policy": "str or null",
     "tta": "str or null",
@@ -92,6 +93,11 @@ KEY_DESCRIPTIONS: Dict[str, str] = {
     "survival_prob": "Heads: with a value, each layer after the first gets a residual "
                      "connection, dropped per image with probability 1 - survival_prob in "
                      "training; null: no residuals, as released.",
+    "backbone_blocks_per_stage": "At most this many MBConv blocks in each of the backbone's 7 "
+                                 "stages; null: the backbone's own depth (16 blocks for "
+                                 "efficientnet-b0). 1 builds a 7-block backbone with every "
+                                 "stage's kind of block, quick to build and trace, for smoke "
+                                 "runs and tests; released and ImageNet checkpoints need null.",
     "backbone_survival_prob": "Backbone drop-connect: survival probability of the last block, "
                               "rising linearly to 1 at the first; null: no drop-connect for "
                               "efficientnet-b0 (as released), 0.8 for the others.",

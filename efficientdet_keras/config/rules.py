@@ -141,6 +141,8 @@ _VALUE_RULES = {
         "mosaic", "mixup")},
     "nan_recovery_lr_factor": (lambda v: _is_number(v) and 0 < v < 1, "a number in (0, 1)"),
     "randaugment_magnitude": (_in_range(0.0, 30.0, high_included=True), "a number in [0, 30]"),
+    "backbone_blocks_per_stage": (lambda v: v is None or (_is_int(v) and v >= 1),
+                                  "null or a positive integer"),
     "backbone_survival_prob": (lambda v: v is None or (_is_number(v) and 0 < v <= 1),
                                "null or a number in (0, 1]"),
     **{key: (lambda v: isinstance(v, bool), "true or false") for key in (

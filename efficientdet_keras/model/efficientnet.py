@@ -119,8 +119,9 @@ class BlockSpec:
     se_ratio: Optional[float]
 
 
-def block_specs(backbone_name: str) -> List[BlockSpec]:
-    """The scaled list of blocks of a backbone, in order."""
+def block_specs(backbone_name: str, blocks_per_stage: Optional[int] = None) -> List[BlockSpec]:
+    """The scaled list of blocks of a backbone, in order; with `blocks_per_stage`, each stage
+    keeps at most that many of its blocks (the first ones: the stride and filter changes)."""
     if backbone_name not in SCALING:
         raise ValueError("Unknown backbone %r; known backbones: %s"
                          % (backbone_name, ", ".join(SCALING)))
@@ -130,6 +131,8 @@ def block_specs(backbone_name: str) -> List[BlockSpec]:
     for stage_index, stage in enumerate(BASE_STAGES):
         fixed_stage = lite and stage_index in (0, len(BASE_STAGES) - 1)
         repeats = stage.num_repeat if fixed_stage else round_repeats(stage.num_repeat, depth)
+        if blocks_per_stage is not None:
+            repeats = min(repeats, blocks_per_stage)
         input_filters = round_filters(stage.input_filters, width)
         output_filters = round_filters(stage.output_filters, width)
         if lite and stage_index == 0:
@@ -262,7 +265,8 @@ class EfficientNetBackbone(keras.layers.Layer):
         kwargs.setdefault("name", config.backbone_name)
         super().__init__(**kwargs)
         self.config = config
-        self.specs = block_specs(config.backbone_name)  # Validates the name first.
+        # Validates the name first.
+        self.specs = block_specs(config.backbone_name, config.get("backbone_blocks_per_stage"))
         width, _ = SCALING[config.backbone_name]
         stem_filters = STEM_FILTERS if is_lite(config.backbone_name) else round_filters(STEM_FILTERS, width)
         self.stem = _Stem(stem_filters, config, name="stem", dtype=self.dtype_policy)
