@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from helpers import tiny_config
+from helpers import SMALL_NETWORK, tiny_config
 from efficientdet_keras import EfficientDetNet
 from efficientdet_keras.checkpoint.archive import CheckpointArchive
 from efficientdet_keras.evaluation.continuous import evaluate_continuously
@@ -14,7 +14,7 @@ from efficientdet_keras.evaluation.runner import EvaluationTiming
 from efficientdet_keras.training.checkpoint_callbacks import CheckpointCallback
 from efficientdet_keras.training.coco_callback import COCOCallback
 
-SMALL = dict(fpn_num_filters=16, fpn_cell_repeats=1, box_class_repeats=1)
+SMALL = SMALL_NETWORK
 
 
 class ScoresByEpoch:

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from helpers import REPO_ROOT, python, tiny_config
+from helpers import REPO_ROOT, SMALL_NETWORK, python, tiny_config
 from efficientdet_keras import EfficientDetNet, save_ckpt
 from efficientdet_keras.checkpoint.archive import CheckpointArchive
 from efficientdet_keras.checkpoint import variable_name
@@ -26,8 +26,7 @@ def run_dir(tmp_path_factory):
     """A model dir with config.yaml and two checkpoints (ckpt-2 has EMA values), plus data."""
     root = tmp_path_factory.mktemp("eval_tool")
     data = write_synthetic_dataset(str(root / "data"), num_train=1, num_val=6, image_size=96, seed=3)
-    config = tiny_config(num_classes=4, fpn_num_filters=16, fpn_cell_repeats=1,
-                         box_class_repeats=1, num_epochs=2, label_map=data.label_map)
+    config = tiny_config(num_classes=4, num_epochs=2, label_map=data.label_map, **SMALL_NETWORK)
     model_dir = root / "model"
     model_dir.mkdir()
     config.save_yaml(str(model_dir))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from helpers import REPO_ROOT, python, tiny_config
+from helpers import REPO_ROOT, SMALL_NETWORK, python, tiny_config
 from efficientdet_keras import EfficientDetNet, restore_ckpt, save_ckpt
 from efficientdet_keras.checkpoint import variable_name
 from efficientdet_keras.data.augment import resize_crop_pad
@@ -15,8 +15,8 @@ from efficientdet_keras.data.synthetic import write_synthetic_dataset
 from efficientdet_keras.export.saved_model import export_detector
 from efficientdet_keras.detection.postprocess import postprocess_detections
 
-SMALL = dict(image_size=64, num_classes=4, fpn_num_filters=16, fpn_cell_repeats=1,
-             box_class_repeats=1, backbone_survival_prob=1.0)  # No random drop-connect.
+SMALL = dict(SMALL_NETWORK, image_size=64, num_classes=4,
+             backbone_survival_prob=1.0)  # No random drop-connect.
 
 
 def tool(name):

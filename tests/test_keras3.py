@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-from helpers import tiny_config
+from helpers import SMALL_NETWORK, tiny_config
 from efficientdet_keras import EfficientDetNet, EfficientDetNetTrain, InputPipeline
 from efficientdet_keras.data.sources import TFRecordSource
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
@@ -23,8 +23,7 @@ from efficientdet_keras.inference.detector import Detector
 from efficientdet_keras.export.saved_model import export_detector
 from efficientdet_keras.training.keras3_objects import Keras3Callback, door_callbacks, is_keras3
 
-SMALL = dict(image_size=64, num_classes=4, fpn_num_filters=16, fpn_cell_repeats=1,
-             box_class_repeats=1, batch_size=2, backbone_survival_prob=1.0, jitter_min=1.0,
+SMALL = dict(SMALL_NETWORK, image_size=64, num_classes=4, batch_size=2, backbone_survival_prob=1.0, jitter_min=1.0,
              jitter_max=1.0)
 
 

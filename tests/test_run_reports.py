@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from helpers import absl_info_messages, tiny_config
+from helpers import SMALL_NETWORK, absl_info_messages, tiny_config
 from efficientdet_keras.checkpoint import resolve_checkpoint_path, variable_name
 from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
 from efficientdet_keras.detection.postprocess import CocoRows
@@ -20,7 +20,7 @@ from efficientdet_keras.utils import figures
 from efficientdet_keras.reports.pr_curves import plot_precision_recall, precision_recall_curves
 from efficientdet_keras.reports.results_csv import ResultsCallback, read_results
 
-SMALL = dict(fpn_num_filters=16, fpn_cell_repeats=1, box_class_repeats=1)
+SMALL = SMALL_NETWORK
 EPOCHS = 2
 
 

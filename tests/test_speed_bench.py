@@ -6,11 +6,11 @@ import subprocess
 
 import pytest
 
-from helpers import REPO_ROOT, python
+from helpers import REPO_ROOT, SMALL_NETWORK_HPARAMS, python
 
 
 # Smaller BiFPN and heads and a frozen backbone: the children trace in seconds, not minutes.
-SMALL_D0 = "fpn_num_filters=16,fpn_cell_repeats=1,box_class_repeats=1,var_freeze_expr=efficientnet"
+SMALL_D0 = SMALL_NETWORK_HPARAMS + ",var_freeze_expr=efficientnet"
 
 
 def run_bench(*args, cwd):

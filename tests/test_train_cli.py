@@ -5,11 +5,11 @@ import sys
 
 import pytest
 
-from helpers import REPO_ROOT
+from helpers import REPO_ROOT, SMALL_NETWORK_HPARAMS
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
 
 TRAIN_TOOL = os.path.join(REPO_ROOT, "tools", "train.py")
-SMALL = ("image_size=64,fpn_num_filters=16,fpn_cell_repeats=1,box_class_repeats=1,num_classes=4,"
+SMALL = (SMALL_NETWORK_HPARAMS + ",image_size=64,num_classes=4,"
          "jitter_min=1.0,jitter_max=1.0,moving_average_decay=0.9,map_freq=1")
 
 
