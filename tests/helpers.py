@@ -282,8 +282,8 @@ class TinyTrainer(keras.Model):
 # Full backbone and all levels, one BiFPN cell and one head conv: conversion takes half as long.
 FAST = dict(fpn_cell_repeats=1, box_class_repeats=1)
 # A network with every kind of layer, at a fraction of the ops: one block per backbone stage,
-# one narrow BiFPN cell, one head conv. Its train step traces in about 60% of a full-depth one's
-# time; for tests about training, evaluation and exports rather than the architecture.
+# one narrow BiFPN cell, one head conv, so tracing (most of a short test's time) has less to do;
+# for tests about training, evaluation and exports rather than the architecture.
 SMALL_NETWORK = dict(fpn_num_filters=16, fpn_cell_repeats=1, box_class_repeats=1,
                      backbone_blocks_per_stage=1)
 SMALL_NETWORK_HPARAMS = ",".join("%s=%s" % item for item in SMALL_NETWORK.items())
