@@ -127,6 +127,8 @@ def test_the_reference_is_built_without_tensorflow():
     ("iou_loss_type", "l1"), ("nms_configs.method", "soft"), ("mixed_precision", "float8"),
     ("backbone_survival_prob", 0.0), ("backbone_survival_prob", 1.5), ("rmsprop_rho", 1.0),
     ("rmsprop_epsilon", 0.0), ("mean_rgb", [1.0, 2.0]), ("aspect_ratios", [1.0, -2.0]),
+    ("optimizer", "foo"), ("lr_decay_method", "exponential"), ("strategy", "mirrored"),
+    ("backbone_name", "efficientnet-b8"),
 ])
 def test_a_value_outside_the_rule_is_a_one_line_error_naming_the_key(key, bad):
     config = get_efficientdet_config("efficientdet-d0")
@@ -161,7 +163,13 @@ def test_the_rules_name_the_values_their_consumers_accept():
     from efficientdet_keras.detection.losses import IOU_LOSS_TYPES
     from efficientdet_keras.detection.postprocess import NMS_METHODS
     from efficientdet_keras.model.bifpn import FUSION_METHODS
+    from efficientdet_keras.model.efficientnet import SCALING
+    from efficientdet_keras.training import optimizers, runtime
     assert rules.FPN_WEIGHT_METHODS == FUSION_METHODS
+    assert rules.OPTIMIZERS == optimizers.OPTIMIZERS
+    assert rules.LR_DECAY_METHODS == optimizers.LR_DECAY_METHODS
+    assert rules.STRATEGIES == runtime.STRATEGIES
+    assert set(rules.BACKBONES) == set(SCALING)
     assert rules.IOU_LOSS_TYPES == IOU_LOSS_TYPES
     assert rules.NMS_METHODS == NMS_METHODS
     for value in rules.MIXED_PRECISION_VALUES:
@@ -191,3 +199,21 @@ def test_every_preset_and_packaged_hparams_file_passes(name):
     validate_config(get_efficientdet_config(name))
     for path in sorted(glob.glob(os.path.join(PACKAGED_HPARAMS_DIR, "*.yaml"))):
         validate_config(get_efficientdet_config(name).override(path))
+
+
+def keys_named_in(text: str):
+    """The backquoted names of a table cell outside its parentheses (which name flags, values
+    and other things)."""
+    return re.findall(r"`([\w.]+)`", re.sub(r"\([^)]*\)", "", text))
+
+
+def test_the_migrating_guides_key_table_agrees_with_the_config():
+    """The keys it calls gone are unknown to the config; those it calls new or kept as
+    flags are known."""
+    with open(os.path.join(REPO_ROOT, "docs", "guides", "migrating.md")) as f:
+        rows = dict(re.findall(r"^\| ([^|]+?) \| (.+) \|$", f.read(), re.M))
+    gone = keys_named_in(rows["gone (an error names them)"])
+    new, flags = keys_named_in(rows["new"]), keys_named_in(rows["were flags, now keys"])
+    assert len(gone) > 15 and len(new) > 15 and len(flags) == 6
+    assert [key for key in gone if key in KEYS] == []
+    assert [key for key in new + flags if key not in KEYS] == []

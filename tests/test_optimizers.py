@@ -197,9 +197,17 @@ def test_learning_rate_schedule_from_config():
             method, 22, peak=0.01, init=0.008, warmup=15, total=30, power=config.poly_lr_power))
 
 
+def unchecked_config(**values):
+    """A config with `values` as a run's config.yaml gives them, before validate_config."""
+    return Config(dict(tiny_config().as_dict(), **values))
+
+
 def test_learning_rate_schedule_rejects_bad_input():
+    with pytest.raises(ValueError, match="lr_decay_method must be one of cosine, stepwise, "
+                                         "polynomial or constant, got 'exponential'"):
+        tiny_config(lr_decay_method="exponential")  # The config refuses it first.
     with pytest.raises(ValueError, match="'exponential'.*cosine.*stepwise.*polynomial.*constant"):
-        learning_rate_schedule(tiny_config(lr_decay_method="exponential"), steps_per_epoch=10)
+        learning_rate_schedule(unchecked_config(lr_decay_method="exponential"), steps_per_epoch=10)
     with pytest.raises(ValueError, match="steps_per_epoch"):
         learning_rate_schedule(tiny_config(), steps_per_epoch=0)
 
@@ -247,10 +255,12 @@ def test_optimizer_learning_rate_follows_schedule():
 
 
 def test_get_optimizer_rejects_unknown_names():
+    with pytest.raises(ValueError, match="optimizer must be one of sgd, adam or rmsprop, got 'lamb'"):
+        tiny_config(optimizer="lamb")  # The config refuses it first.
     with pytest.raises(ValueError, match="'lamb'.*sgd.*adam.*rmsprop"):
-        get_optimizer(tiny_config(optimizer="lamb"), steps_per_epoch=10)
+        get_optimizer(unchecked_config(optimizer="lamb"), steps_per_epoch=10)
     with pytest.raises(ValueError, match="'linear'"):
-        get_optimizer(tiny_config(lr_decay_method="linear"), steps_per_epoch=10)
+        get_optimizer(unchecked_config(lr_decay_method="linear"), steps_per_epoch=10)
 
 
 def test_float16_wraps_in_loss_scale_optimizer():

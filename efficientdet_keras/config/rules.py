@@ -36,7 +36,8 @@ AUTOAUGMENT_POLICIES = (None, "v0", "v1", "v2", "v3", "randaug")
 
 # Values the code that reads these keys accepts, spelled out here because that code imports
 # TensorFlow and checking a config must not: model/bifpn.py (fusion, pooling),
-# config/precision.py, detection/losses.py and detection/postprocess.py.
+# config/precision.py, detection/losses.py and detection/postprocess.py, training/optimizers.py,
+# training/runtime.py and model/efficientnet.py.
 FPN_WEIGHT_METHODS = ("fastattn", "attn", "channel_attn", "channel_fastattn", "sum")
 POOLING_TYPES = ("max", "avg")
 MIXED_PRECISION_VALUES = (False, True, "float16", "bfloat16", "float32", None)
@@ -47,6 +48,11 @@ NMS_METHODS = ("hard", "gaussian", "combined", "global")
 # How an image meets the network input: keeping its aspect ratio and padding (letterbox), or
 # resized to the input on each axis alone, as MediaPipe and the Task Library do (stretch).
 RESIZE_MODES = ("letterbox", "stretch")
+OPTIMIZERS = ("sgd", "adam", "rmsprop")
+LR_DECAY_METHODS = ("cosine", "stepwise", "polynomial", "constant")
+STRATEGIES = ("", "gpus", "multi-worker", "tpu")
+BACKBONES = tuple("efficientnet-b%d" % i for i in range(8)) + tuple(
+    "efficientnet-lite%d" % i for i in range(5))
 
 
 def _is_int(value: Any) -> bool:
@@ -158,6 +164,10 @@ _VALUE_RULES = {
     "fpn_name": _one_of(None, "bifpn", "bifpn_dyn", "qufpn"),
     "pooling_type": _one_of(*POOLING_TYPES),
     "resize_mode": _one_of(*RESIZE_MODES),
+    "optimizer": _one_of(*OPTIMIZERS),
+    "lr_decay_method": _one_of(*LR_DECAY_METHODS),
+    "strategy": _one_of(*STRATEGIES),
+    "backbone_name": _one_of(*BACKBONES),
     "tta": _one_of(None, "", "flip"),
     "act_type": _one_of(*ACTIVATIONS),
     "autoaugment_policy": _one_of(*AUTOAUGMENT_POLICIES),
