@@ -1,5 +1,6 @@
 """The README and the docs pages as a test: every Python snippet, every shell command (but a few
-named in EXEMPT, with the reason) and every settings file runs as written.
+that the contributing page's table of exemptions names, with the reason) and every settings file
+runs as written.
 
 Each page runs in a sandbox folder of its own, laid out like a user's project, holding every
 file the pages name (the hparams folder, small COCO-JSON, TFRecord and VOC datasets, photos, the
@@ -19,7 +20,7 @@ import subprocess
 
 import pytest
 
-from doc_blocks import all_blocks, written_pages
+from doc_blocks import all_blocks, exempt_commands, written_pages
 from helpers import (CLIENTS_PYTHON, HPARAMS_DIR, REFERENCE_DIR, REPO_ROOT, built_once_per_run,
                      command_environment, released_models_served, write_backbone_checkpoint)
 
@@ -27,37 +28,9 @@ WORKED_EXAMPLE = ("docs/guides/training.md", "Fine-tuning a released checkpoint 
 BLOCKS = all_blocks()
 PYTHON_BLOCKS = [b for b in BLOCKS if b.language == "python"]
 EXAMPLE_BLOCKS = [b for b in BLOCKS if (b.page, b.section) == WORKED_EXAMPLE]
-# Commands too long to run here, by their start, with the test that covers them instead.
-EXEMPT = {
-    "make demo": "a 5-minute run; test_packaging runs the installed --demo in small",
-    "make test": "the test suite itself",
-    "efficientdet-train --demo --deterministic --model_dir=runs/demo-repeatable":
-        "a 5-minute run; test_train_cli trains twice with --deterministic and compares the "
-        "weights, and test_packaging runs the installed --demo in small",
-    "efficientdet-train --mode=traineval --model_name=efficientdet-d0 --model_dir=runs/voc":
-        "50 epochs at 512 px; the worked example runs the same flags for 3 epochs",
-    "efficientdet-train --mode=traineval --model_dir=runs/hub":
-        "300 epochs; test_export fine-tunes a module through the same CLI for one epoch",
-    "efficientdet-train --demo --model_dir=runs/demo-pruned":
-        "a 5-minute run; test_pruning trains with pruning through the same get_callbacks",
-    "efficientdet-export --model_dir=runs/demo --format=tflite --export_dir=exported/demo-int8":
-        "an int8 conversion with calibration (over a minute here); "
-        "test_tflite_export runs the same flags on a small model",
-    "efficientdet-train --mode=traineval --model_dir=runs/small":
-        "60 epochs; test_short_runs trains with short_run.yaml and test_config applies a "
-        "'file.yaml,k=v' --hparams string",
-    "efficientdet-export --model_dir=runs/demo-pruned":
-        "needs the pruned demo; test_pruning exports a pruned model and measures its sparsity",
-    "TF_CONFIG=":
-        "one worker of a two-machine cluster (waits for the other); test_multi_worker runs "
-        "two --strategy=multi-worker workers with such a TF_CONFIG on loopback",
-    "efficientdet-train --mode=traineval --model_name=efficientdet-d0 --model_dir=runs/d0-gpus":
-        "needs GPUs (XLA under MirroredStrategy fails on CPUs); test_distribute trains on two "
-        "replicas with SyncBatchNorm and EMA and the EMA in XLA-compiled replica steps",
-    "efficientdet-train --mode=train --model_name=efficientdet-d0 --model_dir=runs/d0-tpu":
-        "needs a Cloud TPU; test_distribute runs --strategy=tpu against an address without one "
-        "and checks the one-line error and the bfloat16 default",
-}
+# Commands too long to run here, by their start, with the test that covers them instead: the
+# contributing page's table.
+EXEMPT = exempt_commands()
 # Shell commands outside the worked example (whose test runs its own), in reading order.
 COMMANDS = [(b, i, c) for b in BLOCKS if b.language == "sh" and b not in EXAMPLE_BLOCKS
             for i, c in enumerate(b.commands())]
@@ -260,6 +233,7 @@ def worked_example_runs_as_written(sandbox):
 @pytest.mark.quick
 def test_exemptions_name_readme_commands():
     """Each exemption matches a command of the pages, so the list cannot go stale."""
+    assert len(EXEMPT) >= 10  # The contributing page's table was found and read.
     for start in EXEMPT:
         assert any(c.startswith(start) for _, _, c in COMMANDS), start
 
