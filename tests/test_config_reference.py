@@ -90,8 +90,9 @@ def test_mkdocs_loads_the_hook_and_gets_the_generated_page(hook, tmp_path):
 def test_the_page_has_one_row_per_key_with_its_default_and_allowed_values(hook):
     rows = key_rows(hook.render())
     assert list(rows) == list(KEYS)
+    d0 = flatten(get_efficientdet_config("efficientdet-d0").as_dict())
     for key, (_, default, allowed, meaning) in rows.items():
-        assert default == "`%s`" % format_value(KEYS[key]), key
+        assert default == "`%s`" % format_value(d0[key]), key
         assert allowed == hook.cell(allowed_values(key)), key
         assert meaning, key
     assert rows["batch_size"][:3] == ["int", "`64`", "a positive integer"]
@@ -101,6 +102,9 @@ def test_the_page_has_one_row_per_key_with_its_default_and_allowed_values(hook):
     assert rows["aspect_ratios"][:2] == ["list of float", "`[1.0, 2.0, 0.5]`"]
     assert rows["steps_per_epoch"][:2] == ["int or null", "`null`"]
     assert rows["alpha"][2] == ""  # Any number goes.
+    # efficientdet-d0's values, which a command without --model_name uses.
+    assert [rows[key][1] for key in ("name", "backbone_name", "fpn_num_filters")] == [
+        "`efficientdet-d0`", "`efficientnet-b0`", "`64`"]
 
 
 def test_the_page_has_one_section_per_group_and_a_preset_table(hook):

@@ -22,14 +22,17 @@ for folder in (REPO_ROOT, HOOKS_DIR):
 from efficientdet_keras.config.defaults import default_values  # noqa: E402
 from efficientdet_keras.config.descriptions import (KEY_DESCRIPTIONS, SECTIONS,  # noqa: E402
                                                     VALUE_TYPES)
-from efficientdet_keras.config.family import MODEL_PRESETS  # noqa: E402
+from efficientdet_keras.config.family import (MODEL_PRESETS,  # noqa: E402
+                                              get_efficientdet_config)
 from efficientdet_keras.config.rules import allowed_values, flatten, format_value  # noqa: E402
 from markdown_tables import cell, table  # noqa: E402
 
 PAGE = "reference/config.md"
 
 INTRO = (
-    "Every model starts from these defaults plus its preset (the last table). Change keys "
+    "The *Default* column holds efficientdet-d0's values, which the commands and "
+    "`get_efficientdet_config()` start from when no model is named; another model differs "
+    "from it in the keys of its row in the last table. Change keys "
     "with `--hparams=k=v,k2.sub=v2` on the commands that build a model (lists as "
     "`1.0*2.0*0.5`), with a YAML file (`--hparams=my.yaml`, nested keys as nested "
     "mappings), or in Python with "
@@ -43,6 +46,11 @@ _TYPE_NAMES = {bool: "bool", int: "int", float: "float", str: "str", dict: "dict
 def default_keys() -> Dict[str, Any]:
     """{dotted key: default}, in the order of defaults.py."""
     return flatten(default_values())
+
+
+def d0_values() -> Dict[str, Any]:
+    """{dotted key: efficientdet-d0's value}: the defaults with D0's preset applied."""
+    return flatten(get_efficientdet_config("efficientdet-d0").as_dict())
 
 
 def missing_descriptions() -> List[str]:
@@ -83,22 +91,23 @@ def render() -> str:
 
 
 def render_section(title: str, keys: List[str]) -> str:
-    defaults = default_keys()
-    rows = [["`%s`" % key, cell(type_name(key, defaults[key])), code(defaults[key]),
+    defaults, d0 = default_keys(), d0_values()
+    rows = [["`%s`" % key, cell(type_name(key, defaults[key])), code(d0[key]),
              cell(allowed_values(key)), cell(KEY_DESCRIPTIONS[key])]
             for key in keys]
     return "## %s\n\n%s" % (title, table(["Key", "Type", "Default", "Allowed", "Meaning"], rows))
 
 
 def render_presets() -> str:
-    """One row per model: the values its preset sets; an empty cell keeps the default."""
+    """One row per model: the values its preset sets over the base defaults (an empty cell
+    keeps the base value, which is D0's)."""
     preset_keys = [key for key in default_keys()
                    if any(key in preset for preset in MODEL_PRESETS.values())]
     rows = [["`%s`" % name] + [code(preset[key]) if key in preset else ""
                                for key in preset_keys]
             for name, preset in MODEL_PRESETS.items()]
-    intro = ("`get_efficientdet_config(name)` starts from the defaults above, sets `name` and "
-             "then the keys of its row; an empty cell keeps the default.")
+    intro = ("`get_efficientdet_config(name)` sets `name` and the keys of its row; an empty "
+             "cell keeps the value of the tables above.")
     header = ["Model"] + ["`%s`" % key for key in preset_keys]
     return "## Model presets\n\n%s\n\n%s" % (intro, table(header, rows))
 
