@@ -47,7 +47,9 @@ profile: $(STAMP) $(CLIENTS_STAMP)
 	$(PYTEST) --durations=0 --write-durations=tests/durations.json $(PYTEST_ARGS)
 
 # The docs site in site/; strict, as the test suite builds it: a broken link or reference fails.
+# The generated reference pages are written (and are to be committed) first.
 docs: $(STAMP)
+	$(BIN)/python docs/hooks/generated_pages.py
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 clean:

@@ -16,6 +16,8 @@ _FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 _HEADING = re.compile(r"^## (.+)$", re.M)
 # A YAML block whose first line is "# <path>" is a file the reader is asked to write.
 _FILE_COMMENT = re.compile(r"^# (\S+\.ya?ml)\s*$")
+# Pages the docs hooks write from the code (docs/hooks/generated_pages.py).
+GENERATED_PAGES = ("reference/config.md", "reference/cli.md")
 
 
 @dataclasses.dataclass
@@ -82,8 +84,8 @@ def written_pages() -> List[str]:
     site's reading order: what a reader follows, one page after another."""
     with open(MKDOCS_PATH) as f:
         site = yaml.load(f, Loader=yaml.BaseLoader)  # mkdocs.yml has !! tags for its plugins.
-    pages = [os.path.join(DOCS_DIR, name) for name in _nav_files(site["nav"])]
-    return [README_PATH] + [p for p in pages if os.path.exists(p)]
+    names = [name for name in _nav_files(site["nav"]) if name not in GENERATED_PAGES]
+    return [README_PATH] + [os.path.join(DOCS_DIR, name) for name in names]
 
 
 EXEMPTIONS_PAGE = os.path.join(DOCS_DIR, "contributing.md")

@@ -134,3 +134,41 @@ def test_site_builds_in_strict_mode(tmp_path):
     assert "train_step" in api and "EfficientDetNetTrain" in api
     for page in ("config", "cli"):
         assert (site / "reference" / ("%s.html" % page)).stat().st_size > 10000, page
+    assert not (site / "hooks").exists()  # The build's code is not published.
+
+
+def load_hooks_module(name: str):
+    import importlib.util
+    path = os.path.join(REPO_ROOT, "docs", "hooks", "%s.py" % name)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("hook_name", ["config_reference", "cli_reference"])
+def test_the_committed_reference_pages_are_the_code_s(hook_name):
+    """The config and CLI references are committed, so they read on the repository's web
+    page; each must hold what its hook renders from the code now."""
+    hook = load_hooks_module(hook_name)
+    with open(os.path.join(REPO_ROOT, "docs", hook.PAGE), encoding="utf-8") as f:
+        committed = f.read()
+    assert committed == hook.render(), "docs/%s is out of date: run make docs" % hook.PAGE
+
+
+def test_a_stale_committed_page_is_a_warning_that_fails_a_strict_build(tmp_path, monkeypatch,
+                                                                        caplog):
+    generated = load_hooks_module("generated_pages")
+    monkeypatch.setattr(generated, "DOCS_DIR", str(tmp_path))
+    (tmp_path / "reference").mkdir()
+    page = tmp_path / "reference" / "config.md"
+    page.write_text("# An older page\n")
+    with caplog.at_level("WARNING", logger="mkdocs"):
+        generated.warn_if_stale("reference/config.md", "# Now\n")
+        assert [(r.name, r.getMessage()) for r in caplog.records] == [(
+            "mkdocs.hooks",  # Under MkDocs' logger: its strict mode counts the warning.
+            "reference/config.md is out of date with the code: run make docs and commit it")]
+        caplog.clear()
+        page.write_text("# Now\n")
+        generated.warn_if_stale("reference/config.md", "# Now\n")
+        assert caplog.records == []

@@ -18,6 +18,7 @@ import sys
 HOOKS_DIR = os.path.dirname(os.path.abspath(__file__))
 if HOOKS_DIR not in sys.path:  # MkDocs loads a hook by its path, not as a package.
     sys.path.insert(0, HOOKS_DIR)
+from generated_pages import serve_page  # noqa: E402
 from markdown_tables import cell, table  # noqa: E402
 
 REPO_ROOT = os.path.dirname(os.path.dirname(HOOKS_DIR))
@@ -167,17 +168,15 @@ def code(text: str) -> str:
 
 
 def on_files(files, config):
-    """MkDocs hook: adds the generated reference/cli.md, or stops the build when a flag has
+    """MkDocs hook: serves reference/cli.md, or stops the build when a flag has
     no description."""
     from mkdocs.exceptions import PluginError
-    from mkdocs.structure.files import File
     collected_commands.cache_clear()  # `mkdocs serve` rebuilds must see edited flags.
     undocumented = missing_help()
     if undocumented:
         raise PluginError("%s: these flags need a help text (at least %d characters): %s"
                           % (PAGE, MIN_HELP_CHARS, ", ".join(undocumented)))
-    files.append(File.generated(config, PAGE, content=render()))
-    return files
+    return serve_page(files, config, PAGE, render())
 
 
 def main(argv) -> None:

@@ -25,6 +25,7 @@ from efficientdet_keras.config.descriptions import (KEY_DESCRIPTIONS, SECTIONS, 
 from efficientdet_keras.config.family import (MODEL_PRESETS,  # noqa: E402
                                               get_efficientdet_config)
 from efficientdet_keras.config.rules import allowed_values, flatten, format_value  # noqa: E402
+from generated_pages import serve_page  # noqa: E402
 from markdown_tables import cell, table  # noqa: E402
 
 PAGE = "reference/config.md"
@@ -119,14 +120,12 @@ def code(value: Any) -> str:
 
 
 def on_files(files, config):
-    """MkDocs hook: adds the generated reference/config.md, or stops the build when a key
+    """MkDocs hook: serves reference/config.md, or stops the build when a key
     has no description."""
     from mkdocs.exceptions import PluginError
-    from mkdocs.structure.files import File
     missing = missing_descriptions()
     if missing:
         raise PluginError("%s: describe these config keys in efficientdet_keras/config/"
                           "descriptions.py (or drop the names that are no keys): %s"
                           % (PAGE, ", ".join(missing)))
-    files.append(File.generated(config, PAGE, content=render()))
-    return files
+    return serve_page(files, config, PAGE, render())

@@ -1,0 +1,61 @@
+"""The generated reference pages are committed beside the written ones, so that they read on
+the repository's web page too. `make docs` writes them from the code (this file, run as a
+script) before it builds; the hooks serve the same content to MkDocs and warn (which fails a
+strict build) when a committed page is out of date."""
+
+import logging
+import os
+import sys
+
+HOOKS_DIR = os.path.dirname(os.path.abspath(__file__))
+DOCS_DIR = os.path.dirname(HOOKS_DIR)
+STALE_MESSAGE = "%s is out of date with the code: run make docs and commit it"
+
+
+def committed_path(page: str) -> str:
+    """Where `page` (e.g. "reference/config.md") lives in the repository."""
+    return os.path.join(DOCS_DIR, page)
+
+
+def is_current(page: str, content: str) -> bool:
+    """Whether the committed page holds `content`."""
+    try:
+        with open(committed_path(page), encoding="utf-8") as f:
+            return f.read() == content
+    except FileNotFoundError:
+        return False
+
+
+def warn_if_stale(page: str, content: str) -> None:
+    """A warning (MkDocs counts it: a strict build fails) when the committed page differs."""
+    if not is_current(page, content):
+        logging.getLogger("mkdocs.hooks").warning(STALE_MESSAGE, page)
+
+
+def serve_page(files, config, page: str, content: str):
+    """Gives MkDocs `content` as `page` (in place of the committed file, which may be stale)."""
+    from mkdocs.structure.files import File
+    warn_if_stale(page, content)
+    existing = files.get_file_from_path(page)
+    if existing is not None:
+        files.remove(existing)
+    files.append(File.generated(config, page, content=content))
+    return files
+
+
+def write_pages() -> None:
+    """Writes every generated page that changed."""
+    if HOOKS_DIR not in sys.path:
+        sys.path.insert(0, HOOKS_DIR)
+    import cli_reference
+    import config_reference
+    for hook in (config_reference, cli_reference):
+        content = hook.render()
+        if not is_current(hook.PAGE, content):
+            with open(committed_path(hook.PAGE), "w", encoding="utf-8") as f:
+                f.write(content)
+            print("wrote docs/%s" % hook.PAGE)
+
+
+if __name__ == "__main__":
+    write_pages()
