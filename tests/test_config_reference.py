@@ -36,7 +36,7 @@ def hook():
 
 def key_rows(page):
     """{dotted key: [type, default, allowed, meaning]} from the key tables of the page."""
-    key_tables = page.split("## Model presets")[0]
+    key_tables = page.split("## Pruning and quantization settings")[0]
     rows = {}
     for line in key_tables.splitlines():
         if line.startswith("| `"):
@@ -57,6 +57,26 @@ def test_an_undescribed_key_and_a_stale_description_are_reported(hook, monkeypat
     descriptions["batch_sise"] = "A key that does not exist."
     monkeypatch.setattr(hook, "KEY_DESCRIPTIONS", descriptions)
     assert hook.missing_descriptions() == ["batch_sise", "batch_size"]
+
+
+def test_every_pruning_and_quantization_setting_has_a_row_with_its_default(hook, monkeypatch):
+    from efficientdet_keras.config.optimization_settings import (PRUNE_DEFAULTS,
+                                                                 QUANTIZE_DEFAULTS)
+    section = hook.render().split("## Pruning and quantization settings")[1].split("\n## ")[0]
+    rows = {cells[0].strip("`"): cells[1:] for cells in (
+        [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        for line in section.splitlines() if line.startswith("| `"))}
+    expected = {"model_optimizations.%s.%s" % (kind, key): default
+                for kind, defaults in (("prune", PRUNE_DEFAULTS), ("quantize", QUANTIZE_DEFAULTS))
+                for key, default in defaults.items()}
+    assert list(rows) == list(expected)
+    for key, (default, meaning) in rows.items():
+        assert default == "`%s`" % format_value(expected[key]) and meaning, key
+    assert rows["model_optimizations.prune.target_sparsity"][0] == "`0.5`"
+    descriptions = dict(hook.SETTING_DESCRIPTIONS)
+    del descriptions["prune.power"]
+    monkeypatch.setattr(hook, "SETTING_DESCRIPTIONS", descriptions)
+    assert hook.missing_descriptions() == ["model_optimizations.prune.power"]
 
 
 def test_a_null_default_without_a_type_is_reported(hook, monkeypatch):
@@ -110,7 +130,8 @@ def test_the_page_has_one_row_per_key_with_its_default_and_allowed_values(hook):
 def test_the_page_has_one_section_per_group_and_a_preset_table(hook):
     page = hook.render()
     headings = re.findall(r"^## (.+)$", page, re.MULTILINE)
-    assert headings == [title for title, _ in hook.SECTIONS] + ["Model presets"]
+    assert headings == [title for title, _ in hook.SECTIONS] + [
+        "Pruning and quantization settings", "Model presets"]
     presets = page.split("## Model presets")[1]
     for name in MODEL_NAMES:
         assert presets.count("| `%s` |" % name) == 1, name

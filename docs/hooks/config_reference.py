@@ -24,6 +24,8 @@ from efficientdet_keras.config.descriptions import (KEY_DESCRIPTIONS, SECTIONS, 
                                                     VALUE_TYPES)
 from efficientdet_keras.config.family import (MODEL_PRESETS,  # noqa: E402
                                               get_efficientdet_config)
+from efficientdet_keras.config.optimization_settings import (  # noqa: E402
+    PRUNE_DEFAULTS, QUANTIZE_DEFAULTS, SETTING_DESCRIPTIONS)
 from efficientdet_keras.config.rules import allowed_values, flatten, format_value  # noqa: E402
 from generated_pages import serve_page  # noqa: E402
 from markdown_tables import cell, table  # noqa: E402
@@ -62,7 +64,10 @@ def missing_descriptions() -> List[str]:
     untyped = {key for key, value in defaults.items()
                if value is None and key not in VALUE_TYPES}
     named = set(KEY_DESCRIPTIONS) | set(VALUE_TYPES) | {first for _, first in SECTIONS}
-    return sorted(undescribed | untyped | (named - set(defaults)))
+    settings = set(optimization_settings())
+    unexplained = {"model_optimizations." + key
+                   for key in (settings ^ set(SETTING_DESCRIPTIONS))}
+    return sorted(undescribed | untyped | (named - set(defaults)) | unexplained)
 
 
 def type_name(key: str, default: Any) -> str:
@@ -87,6 +92,7 @@ def render() -> str:
     """The Markdown of reference/config.md."""
     parts = ["# Config reference", INTRO]
     parts += [render_section(title, keys) for title, keys in sectioned_keys()]
+    parts.append(render_optimization_settings())
     parts.append(render_presets())
     return "\n\n".join(parts) + "\n"
 
@@ -97,6 +103,23 @@ def render_section(title: str, keys: List[str]) -> str:
              cell(allowed_values(key)), cell(KEY_DESCRIPTIONS[key])]
             for key in keys]
     return "## %s\n\n%s" % (title, table(["Key", "Type", "Default", "Allowed", "Meaning"], rows))
+
+
+def optimization_settings() -> Dict[str, Any]:
+    """{"prune.schedule": its default, ...}: the settings model_optimizations' entries take."""
+    settings = {"prune.%s" % key: value for key, value in PRUNE_DEFAULTS.items()}
+    settings.update({"quantize.%s" % key: value for key, value in QUANTIZE_DEFAULTS.items()})
+    return settings
+
+
+def render_optimization_settings() -> str:
+    rows = [["`model_optimizations.%s`" % key, code(default), cell(SETTING_DESCRIPTIONS[key])]
+            for key, default in optimization_settings().items()]
+    intro = ("`model_optimizations` holds one entry, `prune` or `quantize`, whose settings are "
+             "all optional; `{prune: {}}` prunes with the defaults below, except that "
+             "polynomial_decay needs `end_step`. A wrong setting is a one-line error naming it.")
+    return "## Pruning and quantization settings\n\n%s\n\n%s" % (
+        intro, table(["Key", "Default", "Meaning"], rows))
 
 
 def render_presets() -> str:

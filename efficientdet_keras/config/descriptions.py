@@ -220,8 +220,8 @@ KEY_DESCRIPTIONS: Dict[str, str] = {
     "hub_module_url": "A TF-Hub EfficientDet feature module (a path, file:// or hub URL) to "
                       "fine-tune with new prediction layers; null: the package's own network.",
     "model_optimizations": "Pruning or quantization-aware training: {} (none), {prune: {...}} "
-                           "or {quantize: {...}}; config/optimization_settings.py lists the "
-                           "settings.",
+                           "or {quantize: {...}}, with the settings of the pruning and "
+                           "quantization table below.",
     # Precision, compilation, distribution.
     "mixed_precision": "float16 or bfloat16: compute in that type, variables in float32 "
                        "(float16 adds loss scaling); true: float16 on GPU, bfloat16 on TPU; "

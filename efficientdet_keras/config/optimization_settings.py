@@ -30,6 +30,29 @@ _PRUNE_KEY_PREFIX = "model_optimizations.prune."
 
 QUANTIZE_DEFAULTS: Dict[str, Any] = {"per_channel": True, "range_decay": 0.999}
 
+# What each setting means, for the config reference (keys under model_optimizations).
+SETTING_DESCRIPTIONS: Dict[str, str] = {
+    "prune.schedule": "polynomial_decay (sparsity rises from initial_sparsity to "
+                      "target_sparsity between begin_step and end_step) or constant_sparsity "
+                      "(target_sparsity from begin_step on).",
+    "prune.target_sparsity": "The share of zeros reached, then kept, in each pruned kernel, in "
+                             "[0, 1).",
+    "prune.begin_step": "The first training step that prunes.",
+    "prune.end_step": "polynomial_decay: the step where target_sparsity is reached (required); "
+                      "constant_sparsity: the last pruning step, -1 (the default there) to "
+                      "the end of training.",
+    "prune.frequency": "Training steps between updates of the pruning masks.",
+    "prune.initial_sparsity": "polynomial_decay only: the sparsity at begin_step.",
+    "prune.power": "polynomial_decay only: the exponent of the ramp (3: fast first, then slow).",
+    "prune.keep_dense": "A regex of variable names never pruned, e.g. '.*-predict/.*' for the "
+                        "prediction convolutions; null prunes every prunable kernel (Conv2D "
+                        "kernels and separable pointwise kernels; depthwise kernels never).",
+    "quantize.per_channel": "One int8 scale per output channel of each convolution kernel (what "
+                            "TFLite uses for convolutions); false: one scale per kernel.",
+    "quantize.range_decay": "Decay of the moving averages that learn each activation's range "
+                            "(tfmot's value); lower it for short fine-tuning runs.",
+}
+
 
 def check_optimization_settings(settings: Mapping[str, Any]) -> None:
     """Raises ValueError naming the key when `model_optimizations` is not usable."""
