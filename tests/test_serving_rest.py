@@ -9,6 +9,7 @@ signature's input names and types, and that every output has one row per instanc
 
 import base64
 import json
+import os
 
 import numpy as np
 import pytest
@@ -160,3 +161,27 @@ def test_a_body_without_b64_for_bytes_is_refused_by_the_rules(served):
             "instances": [base64.b64encode(png[0]).decode("ascii")]}
     with pytest.raises(tf.errors.InvalidArgumentError):
         predict(json.dumps(body), served)
+
+
+def test_the_export_guides_request_is_answered_by_its_signature(served, tmp_path, monkeypatch):
+    """The Python snippet of the guide's TF Serving section, run as written on a photo, writes
+    a body that the signature it names answers."""
+    from doc_blocks import DOCS_DIR, page_blocks
+    snippet, = [block for block in page_blocks(os.path.join(DOCS_DIR, "guides", "export.md"))
+                if block.section == "Serving with TF Serving" and block.language == "python"]
+    (tmp_path / "photos").mkdir()
+    image, _, _ = images_and_bodies()
+    (tmp_path / "photos" / "street.jpg").write_bytes(tf.io.encode_jpeg(image[0]).numpy())
+    monkeypatch.chdir(tmp_path)
+    exec(compile(snippet.code, snippet.id, "exec"), {})
+    body = (tmp_path / "request.json").read_text()
+    assert json.loads(body)["signature_name"] == "image_bytes"
+    row, = predict(body, served)["predictions"]
+    assert sorted(row) == sorted(OUTPUTS)
+    count = int(row["num_detections"])
+    assert 0 < count <= len(row["detection_scores"])
+    height, width = image[0].shape[:2]
+    pixels = np.array(row["detection_boxes"][:count]) * [height, width, height, width]
+    # In original pixels, within the letterboxed square (boxes may reach into the padding).
+    assert pixels.min() >= 0.0 and pixels.max() <= max(height, width) * 1.02
+    assert pixels[:, 3].max() > 0.9 * width  # Scaled by the width, not normalised twice.
