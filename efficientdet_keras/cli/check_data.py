@@ -1,5 +1,6 @@
 """efficientdet-check-data: what a dataset holds, as the model will see it, and how the anchors fit.
 
+  efficientdet-check-data --data=datasets/pets --data_split=val
   efficientdet-check-data --file_pattern='tfrecord/train-*' --hparams=voc.yaml
   efficientdet-check-data --json_file=val.json --image_dir=val2017 --model_name=efficientdet-d0
   efficientdet-check-data --voc_root=VOCdevkit/VOC2012 --voc_split=train --hparams=voc.yaml
@@ -22,11 +23,15 @@ import os
 
 from absl import flags
 
-from efficientdet_keras.cli.common import HPARAMS_HELP, run_app, run_or_exit
+from efficientdet_keras.cli.common import HPARAMS_HELP, run_app, run_or_exit, user_config_keys
 
 TOOL = "efficientdet-check-data"
 
 FLAGS = flags.FLAGS
+flags.DEFINE_string("data", "", "A dataset folder or file (COCO JSON, Roboflow, YOLO data.yaml, "
+                    "VOC, TFRecords with a label map), its layout found as efficientdet-train "
+                    "--data finds it; its classes are the check's.")
+flags.DEFINE_string("data_split", "train", "--data: the split to check (train, val or test).")
 flags.DEFINE_string("file_pattern", "", "TFRecord pattern(s) to check (comma-separated).")
 flags.DEFINE_string("json_file", "", "A COCO instances JSON to check (with --image_dir).")
 flags.DEFINE_string("image_dir", "", "The image folder of --json_file.")
@@ -47,13 +52,15 @@ flags.DEFINE_integer("seed", 0, "--preview_png: the training pipeline's seed (or
 
 def check_flags() -> None:
     """Raises ValueError or FileNotFoundError naming the flag, before TensorFlow works."""
-    given = [name for name in ("file_pattern", "json_file", "voc_root") if FLAGS[name].value]
+    given = [name for name in ("data", "file_pattern", "json_file", "voc_root")
+             if FLAGS[name].value]
     if len(given) != 1:
-        raise ValueError("give exactly one of --file_pattern, --json_file (with --image_dir) "
-                         "or --voc_root%s" % (" (got --%s)" % ", --".join(given) if given else ""))
+        raise ValueError("give exactly one of --data, --file_pattern, --json_file (with "
+                         "--image_dir) or --voc_root%s"
+                         % (" (got --%s)" % ", --".join(given) if given else ""))
     if FLAGS.json_file and not FLAGS.image_dir:
         raise ValueError("--json_file needs --image_dir")
-    for name in ("json_file", "image_dir", "voc_root"):
+    for name in ("data", "json_file", "image_dir", "voc_root"):
         value = FLAGS[name].value
         if value and not os.path.exists(value):
             raise FileNotFoundError("--%s %s does not exist" % (name, value))
@@ -74,6 +81,16 @@ def make_source_and_label_map(config):
     from efficientdet_keras.data.sources import RecordsSource, make_source
     from efficientdet_keras.config.label_maps import label_names
     label_map = label_names(config.label_map)
+    if FLAGS.data:
+        from efficientdet_keras.data.classes import classes_into_config
+        from efficientdet_keras.data.datasets import open_dataset
+        dataset = open_dataset(FLAGS.data)
+        source = dataset.source(FLAGS.data_split)
+        print(dataset.describe([FLAGS.data_split]))
+        for warning in classes_into_config(config, dataset.classes,
+                                           user_config_keys(FLAGS.hparams)):
+            print("Warning: %s" % warning)
+        return source, label_names(config.label_map)
     if FLAGS.voc_root:
         from efficientdet_keras.data.voc import VOC_LABEL_MAP, load_voc_records
         label_map = label_map or VOC_LABEL_MAP

@@ -179,6 +179,13 @@ def input_error_cause(error: BaseException):
     return re.sub(r"^assertion failed: \[(.*)\]$", r"\1", line)[:300]  # tf Assert
 
 
+def user_config_keys(hparams: str) -> set:
+    """The top-level config keys an --hparams value sets, in its strings or YAML files (the
+    keys a dataset's classes must not overwrite)."""
+    from efficientdet_keras.config.overrides import override_mappings
+    return {key for mapping in override_mappings(hparams or "") for key in mapping}
+
+
 def print_evaluation(path, metrics, timing=None) -> None:
     """The metrics table of one evaluated checkpoint."""
     from efficientdet_keras.evaluation.runner import format_metrics

@@ -5,6 +5,11 @@ image bytes stored as they are on disk (no re-encoding), boxes normalised to 0..
 examples also hold each object's difficult, truncated and view (the XML's pose).
 Shards are named <output_prefix>-00000-of-00004.tfrecord and filled round-robin.
 
+  # Every split of a dataset folder (COCO JSON, Roboflow, YOLO, VOC; see --data), as
+  # out/pets-train-*.tfrecord, out/pets-val-*.tfrecord, their ground truth out/pets-val.json,
+  # and out/label_map.json: a folder efficientdet-train --data=out reads back.
+  efficientdet-create-tfrecord --data=datasets/pets --output_prefix=out/pets
+
   efficientdet-create-tfrecord --input_format=voc --voc_root=VOCdevkit/VOC2012 \\
       --voc_split=val --output_prefix=tfrecord/voc-val --num_shards=4 \\
       --output_json=tfrecord/voc-val.json
@@ -28,7 +33,7 @@ Paths are local files (the final rename is os.replace).
 import glob
 import os
 import sys
-from typing import Dict, Optional
+from typing import Optional
 
 from absl import flags, logging
 
@@ -37,7 +42,12 @@ from efficientdet_keras.cli.common import run_app
 TOOL = "efficientdet-create-tfrecord"
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("input_format", None, ["coco", "voc"], "The annotation format to read.")
+flags.DEFINE_string("data", "", "A dataset folder or file, its format, splits and classes "
+                    "found from its layout (COCO JSON, Roboflow, YOLO data.yaml, VOC): writes "
+                    "every split as <output_prefix>-<split>-*.tfrecord with <output_prefix>-"
+                    "<split>.json, and label_map.json beside them.")
+flags.DEFINE_enum("input_format", None, ["coco", "voc"], "The annotation format to read "
+                  "(without --data).")
 flags.DEFINE_string("coco_json", "", "COCO: the instances JSON file.")
 flags.DEFINE_string("image_dir", "", "COCO: the folder holding the images named in the JSON.")
 flags.DEFINE_string("voc_root", "", "VOC: a year folder holding Annotations/, ImageSets/ and "
@@ -52,37 +62,16 @@ flags.DEFINE_integer("num_shards", 1, "Number of output files.", lower_bound=1)
 flags.DEFINE_string("output_json", "", "Optional COCO ground-truth JSON of the written images.")
 
 
-def load_label_map(path: str) -> Dict[int, str]:
-    """Reads {id: name} from a YAML or JSON file (a config file's label_map key also works).
-
-    Raises:
-      ValueError naming the file when it cannot be read or is not such a mapping.
-    """
-    import yaml
-
-    try:
-        with open(path) as f:
-            data = yaml.safe_load(f)  # YAML is a superset of JSON.
-    except (OSError, yaml.YAMLError) as e:
-        # YAML errors span several lines; the CLI reports errors on one.
-        one_line = " ".join(str(e).split())
-        raise ValueError("cannot read label map %s: %s" % (path, one_line)) from None
-    if isinstance(data, dict) and isinstance(data.get("label_map"), dict):
-        data = data["label_map"]
-    try:
-        if not isinstance(data, dict) or not data:
-            raise TypeError
-        return {int(k): str(v) for k, v in data.items()}
-    except (TypeError, ValueError):
-        raise ValueError("label map %s must be a mapping of integer ids to names, e.g. "
-                         "{1: cat, 2: dog}" % path) from None
-
-
 def check_flags() -> Optional[str]:
     """The first problem with the flags as an error message, or None. Touches no TensorFlow."""
-    if FLAGS.input_format is None:
-        return "--input_format is required (coco or voc)"
-    if FLAGS.input_format == "voc":
+    if FLAGS.data:
+        if FLAGS.input_format or FLAGS.coco_json or FLAGS.voc_root:
+            return "--data names the whole dataset; drop --input_format, --coco_json, --voc_root"
+        if not os.path.exists(FLAGS.data):
+            return "--data %s does not exist" % FLAGS.data
+    elif FLAGS.input_format is None:
+        return "--input_format is required (coco or voc), or --data"
+    elif FLAGS.input_format == "voc":
         if not FLAGS.voc_root:
             return "--voc_root is required with --input_format=voc"
         if not os.path.isdir(FLAGS.voc_root):
@@ -120,46 +109,73 @@ def main(argv):
     if problem:
         sys.exit("%s: %s" % (TOOL, problem))
 
-    from efficientdet_keras.data.coco_json import coco_categories, records_to_coco
-    from efficientdet_keras.data.coco_records import load_coco_records
-    from efficientdet_keras.data.tfrecord_writer import shard_paths, write_tfrecords
-    from efficientdet_keras.data.voc import VOC_LABEL_MAP, load_voc_records
-
     try:
-        label_map = load_label_map(FLAGS.label_map) if FLAGS.label_map else None
-        if FLAGS.input_format == "voc":
-            label_map = label_map or VOC_LABEL_MAP
-            records = load_voc_records(FLAGS.voc_root, FLAGS.voc_split, label_map)
-        else:
-            records = load_coco_records(FLAGS.coco_json, FLAGS.image_dir)
-            label_map = label_map or coco_categories(FLAGS.coco_json)
+        jobs, label_map = conversion_jobs()
     except (OSError, ValueError, KeyError) as e:
         sys.exit("%s: %s" % (TOOL, e))
+    for prefix, records, json_path in jobs:
+        convert(records, prefix, json_path, label_map)
+    if FLAGS.data:
+        from efficientdet_keras.utils.fileio import write_json_atomically
+        path = os.path.join(os.path.dirname(os.path.abspath(FLAGS.output_prefix)),
+                            "label_map.json")
+        write_json_atomically(path, {str(k): v for k, v in sorted(label_map.items())})
+        print("Class names in %s" % path)
+
+
+def conversion_jobs():
+    """[(output prefix, records, ground-truth JSON path or "")] and the label map."""
+    from efficientdet_keras.data.datasets import read_label_map_file
+    label_map = read_label_map_file(FLAGS.label_map) if FLAGS.label_map else None
+    if FLAGS.data:
+        from efficientdet_keras.data.datasets import open_dataset
+        dataset = open_dataset(FLAGS.data)
+        print(dataset.describe())
+        label_map = label_map or dataset.classes.names
+        return [("%s-%s" % (FLAGS.output_prefix, name), split.records,
+                 "%s-%s.json" % (FLAGS.output_prefix, name))
+                for name, split in dataset.splits.items() if split.records is not None], \
+            label_map
+    if FLAGS.input_format == "voc":
+        from efficientdet_keras.data.voc import VOC_LABEL_MAP, load_voc_records
+        label_map = label_map or VOC_LABEL_MAP
+        records = load_voc_records(FLAGS.voc_root, FLAGS.voc_split, label_map)
+    else:
+        from efficientdet_keras.data.coco_json import coco_categories
+        from efficientdet_keras.data.coco_records import load_coco_records
+        records = load_coco_records(FLAGS.coco_json, FLAGS.image_dir)
+        label_map = label_map or coco_categories(FLAGS.coco_json)
+    return [(FLAGS.output_prefix, records, FLAGS.output_json)], label_map
+
+
+def convert(records, output_prefix: str, output_json: str, label_map) -> None:
+    """Writes one set of records as shards of output_prefix (and its ground truth)."""
+    from efficientdet_keras.data.coco_json import records_to_coco
+    from efficientdet_keras.data.tfrecord_writer import shard_paths, write_tfrecords
     if not records:
         sys.exit("%s: the input lists no images" % TOOL)
-
-    stale = sorted(set(glob.glob(glob.escape(FLAGS.output_prefix) + "-?????-of-?????.tfrecord"))
-                   - set(shard_paths(FLAGS.output_prefix, FLAGS.num_shards)))
+    stale = sorted(set(glob.glob(glob.escape(output_prefix) + "-?????-of-?????.tfrecord"))
+                   - set(shard_paths(output_prefix, FLAGS.num_shards)))
     if stale:
         logging.warning("%d shard(s) from an earlier run with another --num_shards remain, "
                         "e.g. %s; a '%s-*' pattern would read them too",
-                        len(stale), stale[0], FLAGS.output_prefix)
+                        len(stale), stale[0], output_prefix)
 
     try:
-        stats = write_tfrecords(records, FLAGS.output_prefix, FLAGS.num_shards, label_map)
+        stats = write_tfrecords(records, output_prefix, FLAGS.num_shards, label_map)
     except (OSError, ValueError) as e:
         sys.exit("%s: %s" % (TOOL, e))
-    if FLAGS.output_json:
+    if output_json:
         from efficientdet_keras.utils.fileio import write_json_atomically
         try:
-            write_json_atomically(FLAGS.output_json,
+            write_json_atomically(output_json,
                                   records_to_coco(stats.written_records, label_map), indent=None)
         except OSError as e:
             sys.exit("%s: %s" % (TOOL, e))
     print("Wrote %d images (%d objects) to %d shard(s) %s-*-of-%05d.tfrecord; skipped %d images%s"
-          % (stats.images_written, stats.objects_written, FLAGS.num_shards, FLAGS.output_prefix,
+          % (stats.images_written, stats.objects_written, FLAGS.num_shards, output_prefix,
              FLAGS.num_shards, stats.images_skipped,
-             "; ground truth in %s" % FLAGS.output_json if FLAGS.output_json else ""))
+             "; ground truth in %s" % output_json if output_json else ""))
     if stats.data_report:
         print("Data report: %s" % ", ".join("%s=%d" % kv for kv in stats.data_report.items()))
 

@@ -3,7 +3,11 @@
   # The demo: D0 on the built-in synthetic shapes, COCO evaluation, EMA, archive.
   efficientdet-train --demo --model_dir=runs/demo
 
-  # Your data (TFRecords, or COCO JSON with an image folder):
+  # Your data, one folder: COCO JSON, a Roboflow export, a YOLO data.yaml, VOC or TFRecords,
+  # its format, splits and classes found from its layout (data/datasets.py):
+  efficientdet-train --data=datasets/pets --model_dir=runs/pets --pretrained_ckpt=efficientdet-d0
+
+  # Or each part by its own flag (TFRecords, or COCO JSON with an image folder):
   efficientdet-train --mode=traineval --model_name=efficientdet-d0 --model_dir=runs/d0 \\
       --train_file_pattern='tfrecord/train-*' --val_file_pattern='tfrecord/val-*' \\
       --val_json_file=val.json --num_examples_per_epoch=5717 --batch_size=8 \\
@@ -30,7 +34,7 @@ from absl import flags
 
 from efficientdet_keras.cli.common import (EVAL_TIMEOUT_HELP, HPARAMS_HELP,
                                            load_run_config, print_evaluation, run_app,
-                                           run_or_exit, watch_and_report)
+                                           run_or_exit, user_config_keys, watch_and_report)
 
 TOOL = "efficientdet-train"
 # The exit status of a Ctrl-C that did not wait for a backup, as shells report SIGINT.
@@ -44,6 +48,11 @@ flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDe
                     "efficientdet-d0 ... efficientdet-d7x or efficientdet-lite0 ... lite4.")
 flags.DEFINE_string("model_dir", "", "Where checkpoints, logs and config.yaml go.")
 flags.DEFINE_string("hparams", "", HPARAMS_HELP)
+flags.DEFINE_string("data", "", "A dataset folder or file, its format, splits and classes found "
+                    "from its layout: COCO JSON, a Roboflow COCO export (train/ valid/), a YOLO "
+                    "data.yaml, a VOC folder, or TFRecords with a label map. Trains on its train "
+                    "split, evaluates on val (else test); num_classes and label_map come from "
+                    "the data unless --hparams sets them.")
 flags.DEFINE_string("train_file_pattern", "", "TFRecord pattern(s) of the training data.")
 flags.DEFINE_string("val_file_pattern", "", "TFRecord pattern(s) of the validation data.")
 flags.DEFINE_string("val_json_file", "", "COCO JSON ground truth of the validation data "
@@ -121,6 +130,9 @@ def check_flags() -> None:
     check_checkpoint_flags()
     if FLAGS.demo:
         return
+    if FLAGS.data:
+        check_data_flag()
+        return
     needs_train = FLAGS.mode in ("train", "traineval")
     needs_val = FLAGS.mode in ("traineval", "eval")
     if needs_train and not (FLAGS.train_file_pattern or FLAGS.train_json):
@@ -140,6 +152,19 @@ def check_flags() -> None:
         for pattern in filter(None, (FLAGS[name].value or "").split(",")):
             if not glob.glob(pattern):
                 raise FlagError("--%s %r matches no file" % (name, pattern))
+
+
+# The flags that name data one part at a time, which --data replaces.
+DATA_PART_FLAGS = ("train_file_pattern", "val_file_pattern", "train_json", "image_dir",
+                   "val_json_file", "val_image_dir")
+
+
+def check_data_flag() -> None:
+    given = ["--" + name for name in DATA_PART_FLAGS if FLAGS[name].value]
+    if given:
+        raise FlagError("--data names the whole dataset; drop %s" % ", ".join(given))
+    if not os.path.exists(FLAGS.data):
+        raise FlagError("--data %s does not exist" % FLAGS.data)
 
 
 def check_checkpoint_flags() -> None:
@@ -178,6 +203,58 @@ def build_config(demo_data=None):
     if demo_data is not None:
         config.label_map = dict(demo_data.label_map)
     return config
+
+
+def open_flag_dataset():
+    """The dataset --data names, or the COCO JSON flags as one (their classes come from the
+    JSON); None for TFRecord flags and the demo."""
+    if FLAGS.demo:
+        return None
+    from efficientdet_keras.data.datasets import coco_dataset, open_dataset
+    if FLAGS.data:
+        return open_dataset(FLAGS.data)
+    if FLAGS.train_json and FLAGS.mode != "eval":
+        splits = {"train": (FLAGS.train_json, FLAGS.image_dir)}
+        if FLAGS.val_json_file and FLAGS.val_image_dir and not FLAGS.val_file_pattern:
+            splits["val"] = (FLAGS.val_json_file, FLAGS.val_image_dir)
+        return coco_dataset(FLAGS.train_json, splits)
+    return None
+
+
+def dataset_sources(dataset, files_dir):
+    """The train and validation sources of a found dataset and the validation ground truth,
+    written as COCO JSON with the model's class ids into files_dir (what evaluation scores)."""
+    from efficientdet_keras.utils.fileio import write_json_atomically
+    from efficientdet_keras.data.sources import make_source
+    train = dataset.source("train") if FLAGS.mode != "eval" else None
+    if FLAGS.mode == "train":
+        return train, None, None
+    if not FLAGS.data and FLAGS.val_file_pattern:  # TFRecord validation beside JSON training.
+        return train, make_source(FLAGS.val_file_pattern), FLAGS.val_json_file or None
+    val_split = dataset.validation_split()
+    if val_split is None:
+        raise ValueError("%s has no val or test split to evaluate on; use --mode=train, or add "
+                         "one" % dataset.path)
+    val = dataset.source(val_split)
+    ground_truth = dataset.ground_truth(val_split)
+    val_json = None
+    if ground_truth is not None:
+        val_json = write_json_atomically(
+            os.path.join(files_dir, "%s_ground_truth.json" % val_split), ground_truth, indent=None)
+    return train, val, val_json
+
+
+def take_data_classes(config, dataset, files_dir) -> None:
+    """num_classes and label_map from the data where the user set neither (a warning line
+    for each disagreement), and <model_dir>/classes.json mapping model ids to the data's."""
+    from absl import logging
+
+    from efficientdet_keras.data.classes import classes_into_config
+    from efficientdet_keras.utils.fileio import write_json_atomically
+    for warning in classes_into_config(config, dataset.classes, user_config_keys(FLAGS.hparams)):
+        logging.warning("%s: %s", dataset.path, warning)
+    write_json_atomically(os.path.join(files_dir, "classes.json"),
+                          dataset.classes.as_json(dataset.format))
 
 
 def make_sources(demo_data):
@@ -297,7 +374,14 @@ def prepare_and_run(strategy):
                                             num_val=max(1, FLAGS.demo_images // 10),
                                             image_size=256, show_progress=True)
     config = build_config(demo_data)
-    train_source, val_source, val_json = make_sources(demo_data)
+    dataset = open_flag_dataset()
+    if dataset is None:
+        train_source, val_source, val_json = make_sources(demo_data)
+    else:
+        train_source, val_source, val_json = dataset_sources(dataset, files_dir)
+        print(dataset.describe([s for s in ("train", dataset.validation_split())
+                                if s in dataset.splits and (s != "train" or train_source)]))
+        take_data_classes(config, dataset, files_dir)
     if FLAGS.mode == "traineval" and val_json:  # Before any training (eval mode checks too).
         from efficientdet_keras.evaluation import check_source_ids_match
         check_source_ids_match(val_source, val_json)

@@ -44,19 +44,46 @@ def load_voc_records(voc_root: str, split: str = "train",
       in the label map (listing the known names).
     """
     class_ids = _names_to_ids(label_map or VOC_LABEL_MAP)
-    split_file = os.path.join(voc_root, "ImageSets", "Main", split + ".txt")
-    if not os.path.isfile(split_file):
-        raise FileNotFoundError("VOC split file not found: %s" % split_file)
-    with open(split_file) as f:
-        # Main/<split>.txt holds one id per line; take the first token to be lenient
-        # about trailing columns and blank lines.
-        image_ids = [line.split()[0] for line in f if line.strip()]
+    image_ids = voc_split_ids(voc_root, split)
     records = []
     for index, name in enumerate(image_ids):
         xml_path = os.path.join(voc_root, "Annotations", name + ".xml")
         image_path = os.path.join(voc_root, "JPEGImages", name + ".jpg")
         records.append(_read_annotation(xml_path, image_path, start_id + index, class_ids))
     return records
+
+
+def voc_split_ids(voc_root: str, split: str) -> List[str]:
+    """The image ids of ImageSets/Main/<split>.txt, in file order.
+
+    Raises:
+      FileNotFoundError naming the split file.
+    """
+    split_file = os.path.join(voc_root, "ImageSets", "Main", split + ".txt")
+    if not os.path.isfile(split_file):
+        raise FileNotFoundError("VOC split file not found: %s" % split_file)
+    with open(split_file) as f:
+        # Main/<split>.txt holds one id per line; take the first token to be lenient
+        # about trailing columns and blank lines.
+        return [line.split()[0] for line in f if line.strip()]
+
+
+def voc_object_names(voc_root: str, splits: List[str]) -> List[str]:
+    """The object names the annotations of some splits use, sorted (the data's classes).
+
+    Unreadable annotation files are passed over here; reading the records names them.
+    """
+    names = set()
+    for split in splits:
+        for name in voc_split_ids(voc_root, split):
+            try:
+                root = ElementTree.parse(os.path.join(voc_root, "Annotations", name + ".xml"))
+            except (OSError, ParseError, ValueError):
+                continue
+            names.update((obj.findtext("name") or "").strip()
+                         for obj in root.getroot().findall("object"))
+    names.discard("")
+    return sorted(names)
 
 
 def _names_to_ids(label_map: Dict[int, str]) -> Dict[str, int]:

@@ -1,0 +1,412 @@
+"""Ultralytics / YOLO detection datasets (a data.yaml, images/ and labels/) into ImageRecords.
+
+Layout read (the one Ultralytics and Roboflow's "YOLOv5/v8" exports write):
+  <root>/data.yaml            path, train, val, test, names, nc
+  <root>/images/<split>/a.jpg the images (any folder depth)
+  <root>/labels/<split>/a.txt one object per line: `class cx cy w h`, 0-based class, centre and
+                              size normalised to 0..1 (or `class x1 y1 x2 y2 ...`, a polygon)
+
+An image's label file is found by Ultralytics's rule (`label_path_for`). An image without a
+label file, or with an empty one, is a background image. Bad label lines, unreadable images
+and label files without their image are skipped with a warning naming the file (and line).
+"""
+
+import collections
+import dataclasses
+import os
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+from absl import logging
+
+from efficientdet_keras.data.records import ImageRecord, empty_annotations
+
+# Coordinates may overshoot 0..1 by this much (rounding in exporters, boxes drawn up to the
+# border) and are clipped; beyond it the line is taken for a mistake (pixels written instead
+# of fractions, a wrong image size) and skipped.
+_COORDINATE_TOLERANCE = 0.01
+
+_IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+_SPLIT_KEYS = ("train", "val", "test")
+# labelImg and YOLO-mark keep the class names in the labels folder: not a label file.
+_NOT_LABEL_FILES = ("classes.txt",)
+
+_WRONG_FIELDS = "label line with the wrong number of fields"
+_NOT_A_NUMBER = "label line with a value that is not a number"
+_CLASS_RANGE = "class id out of range"
+_OUTSIDE = "coordinates outside the image"
+_EMPTY_BOX = "box of zero or negative size"
+_BAD_IMAGE = "image cannot be opened"
+_BAD_LABEL_FILE = "label file cannot be read"
+_ORPHAN = "label file without its image"
+# Named warnings per kind of problem; the rest are counted in the summary line.
+_WARNINGS_PER_KIND = 20
+
+
+@dataclasses.dataclass
+class YoloDataset:
+    """What a data.yaml describes.
+
+    splits: {"train": [image paths], "val": [...], "test": [...]}, the splits the file names.
+    names: the class names, indexed by YOLO class id (0-based); model class id = index + 1.
+    """
+    yaml_path: str
+    root: str
+    splits: Dict[str, List[str]]
+    names: List[str]
+
+
+def read_yolo_yaml(path: str) -> YoloDataset:
+    """Reads an Ultralytics data.yaml.
+
+    `path` is the dataset root (relative to the yaml's folder; the yaml's folder when absent).
+    Each of train (required), val and test is a folder of images (searched recursively), a .txt
+    file listing image paths one per line (relative paths are relative to the root), or a list
+    of these. As Ultralytics does for Roboflow's exports (`train: ../train/images` beside a
+    data.yaml in the dataset folder), a "../" path that does not exist is tried without it.
+    `names` is a list or a {0: name, 1: ...} dict; `nc`, when given, must equal its length.
+
+    A test split whose folder does not exist is left out with a warning.
+
+    Raises:
+      FileNotFoundError naming the yaml, or the key and the path that does not exist.
+      ValueError naming the yaml and the key for missing or malformed keys, and for a folder
+      without images.
+    """
+    import yaml  # Only this reader needs it; importing the data package stays light.
+    if not os.path.isfile(path):
+        raise FileNotFoundError("YOLO data.yaml not found: %s" % path)
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            data = yaml.safe_load(f)
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ValueError("%s is not valid YAML: %s" % (path, e)) from None
+    if not isinstance(data, dict):
+        raise ValueError("%s: expected a mapping with train, val and names keys" % path)
+    root = _root(path, data.get("path"))
+    names = _names(path, data)
+    if not data.get("train"):
+        raise ValueError("%s: no 'train' key (a folder of images, a .txt list of them, or a "
+                         "list of these)" % path)
+    splits = {}
+    for key in _SPLIT_KEYS:
+        if not data.get(key):
+            continue
+        try:
+            splits[key] = _split_images(path, root, key, data[key])
+        except FileNotFoundError as e:
+            if key != "test":
+                raise
+            # Exports write a test line even when they hold no test images; it is not needed.
+            logging.warning("%s; reading the dataset without its test split", e)
+    return YoloDataset(path, root, splits, names)
+
+
+def label_path_for(image_path: str) -> str:
+    """The label file of an image: the last `images` folder of its path becomes `labels` and
+    the extension `.txt` (images/train/a.jpg -> labels/train/a.txt); an image with no `images`
+    folder in its path has its label file beside it."""
+    folder, name = os.path.split(image_path)
+    parts = folder.split(os.sep)
+    if "images" in parts:
+        last = len(parts) - 1 - parts[::-1].index("images")
+        parts[last] = "labels"
+        folder = os.sep.join(parts)
+    return os.path.join(folder, os.path.splitext(name)[0] + ".txt")
+
+
+def orphan_label_files(image_paths: Sequence[str]) -> List[str]:
+    """Label files with no image: the .txt files of the labels folders that belong to the
+    images' folders, whose image is neither in `image_paths` nor on disk (any image extension).
+
+    Only folders under an `images` folder are checked: label files that sit beside their images
+    share the folder with other text files (split lists, notes). classes.txt is not a label file.
+    """
+    return [label for label, _ in _orphans(image_paths)]
+
+
+def load_yolo_records(image_paths: Sequence[str], num_classes: int,
+                      skipped: Optional[collections.Counter] = None,
+                      start_id: int = 1) -> List[ImageRecord]:
+    """Reads images and their YOLO label files into ImageRecords.
+
+    Boxes become [ymin, xmin, ymax, xmax] in pixels, class c becomes c + 1 (ids 1..num_classes),
+    is_crowd is False and area the box area. A polygon line (`class x1 y1 ... xn yn`, n >= 3:
+    an odd field count of 7 or more, e.g. an oriented box's 4 corners) becomes the box enclosing
+    its points. The image size comes from the file header (pixels are not decoded). Image ids are
+    start_id + the image's index in `image_paths`, so they stay the same when others are skipped.
+
+    EXIF orientation: Ultralytics labels an image as displayed (rotated by its EXIF orientation
+    tag), while this package decodes the stored pixels, unrotated. Records keep the stored size
+    and the boxes are mapped from the displayed image onto the stored one (all 8 orientations:
+    rotations and mirrors keep boxes axis-aligned), read from the header alone.
+
+    Skipped with a warning naming the label file and line, counted by kind in `skipped`: a line
+    without 5 fields or a polygon's, a value that is not a finite number, a class id that is not
+    a whole number in 0..num_classes-1, a coordinate more than 0.01 outside 0..1 (those
+    within it are clipped), a box of zero or negative size. Skipped with a warning naming
+    the file: an image PIL cannot open, a label file that cannot be read (its image too: reading
+    it as background would teach that its objects are background), a label file without its
+    image (`orphan_label_files`). A summary line follows when anything was skipped, and a
+    warning when none of the images has a label file (labels kept somewhere else).
+
+    Args:
+      image_paths: the images, e.g. one split of `read_yolo_yaml`.
+      num_classes: the number of YOLO class ids (len(names)).
+      skipped: a Counter that gains the number of skipped entries per kind.
+      start_id: the image id of the first image.
+    """
+    problems = _Problems()
+    records, lines, labelled = [], 0, 0
+    for index, image_path in enumerate(image_paths):
+        size = _stored_size_and_orientation(image_path, problems)
+        if size is None:
+            continue
+        label_path = label_path_for(image_path)
+        if not os.path.isfile(label_path):
+            objects = []
+        else:
+            labelled += 1
+            try:
+                with open(label_path, encoding="utf-8-sig") as f:
+                    text = f.read()
+            except (OSError, UnicodeDecodeError) as e:
+                problems.skip(_BAD_LABEL_FILE, label_path, "skipping it and its image %s (%s)"
+                              % (image_path, e))
+                continue
+            objects = _objects(text, label_path, num_classes, problems)
+            lines += len(text.splitlines())
+        records.append(_record(start_id + index, image_path, size, objects))
+    for label_path, image_folder in _orphans(image_paths):
+        problems.skip(_ORPHAN, label_path, "skipping it: no image %s.* in %s" % (
+            os.path.splitext(os.path.basename(label_path))[0], image_folder))
+    if records and not labelled:
+        logging.warning("None of the %d images has a label file (looked for %s, ...): all are "
+                        "read as background images", len(records),
+                        label_path_for(records[0].path))
+    problems.log_summary(len(image_paths), lines)
+    if skipped is not None:
+        skipped.update(problems.counts)
+    return records
+
+
+class _Problems:
+    """Counts what is skipped by kind, warning about the first few of each kind."""
+
+    def __init__(self):
+        self.counts: collections.Counter = collections.Counter()
+
+    def skip(self, kind: str, where: str, detail: str) -> None:
+        self.counts[kind] += 1
+        if self.counts[kind] <= _WARNINGS_PER_KIND:
+            logging.warning("%s: %s: %s", where, kind, detail)
+
+    def log_summary(self, num_images: int, num_lines: int) -> None:
+        if self.counts:
+            counts = ", ".join("%d x %s" % (n, kind) for kind, n in sorted(self.counts.items()))
+            logging.warning("YOLO labels: skipped %s (of %d images, %d label lines)",
+                            counts, num_images, num_lines)
+
+
+def _orphans(image_paths: Sequence[str]) -> List[Tuple[str, str]]:
+    """(label file, the images folder it belongs to) of each label file without its image."""
+    listed = {label_path_for(p) for p in image_paths}
+    orphans = []
+    for image_folder in sorted({os.path.dirname(p) for p in image_paths}):
+        label_folder = os.path.dirname(label_path_for(os.path.join(image_folder, "x.jpg")))
+        if label_folder == image_folder or not os.path.isdir(label_folder):
+            continue
+        image_stems = {os.path.splitext(name)[0] for name in _listdir(image_folder)
+                       if name.lower().endswith(_IMAGE_EXTENSIONS)}
+        for name in sorted(_listdir(label_folder)):
+            label = os.path.join(label_folder, name)
+            if (name.lower().endswith(".txt") and name not in _NOT_LABEL_FILES
+                    and label not in listed and os.path.splitext(name)[0] not in image_stems
+                    and os.path.isfile(label)):
+                orphans.append((label, image_folder))
+    return orphans
+
+
+def _root(yaml_path: str, value) -> str:
+    folder = os.path.dirname(os.path.abspath(yaml_path))
+    if value is None or value == "":
+        return folder
+    if not isinstance(value, str):
+        raise ValueError("%s: 'path' must be a folder, not %r" % (yaml_path, value))
+    root = os.path.normpath(os.path.join(folder, os.path.expanduser(value)))
+    if not os.path.isdir(root):
+        raise FileNotFoundError("%s: 'path': dataset folder %s does not exist" % (yaml_path, root))
+    return root
+
+
+def _names(yaml_path: str, data: dict) -> List[str]:
+    names = data.get("names")
+    if isinstance(names, dict):
+        try:
+            by_id = {int(k): str(v) for k, v in names.items()}
+        except (TypeError, ValueError):
+            raise ValueError("%s: 'names' keys must be class ids 0, 1, ..." % yaml_path) from None
+        if sorted(by_id) != list(range(len(by_id))):
+            raise ValueError("%s: 'names' must number the classes 0..%d without gaps, got ids %s"
+                             % (yaml_path, len(by_id) - 1, sorted(by_id)))
+        names = [by_id[i] for i in range(len(by_id))]
+    elif isinstance(names, (list, tuple)):
+        names = [str(name) for name in names]
+    else:
+        raise ValueError("%s: 'names' must be a list of class names or a {0: name, ...} mapping%s"
+                         % (yaml_path, "" if names is None else ", not %r" % (names,)))
+    if not names:
+        raise ValueError("%s: 'names' lists no classes" % yaml_path)
+    nc = data.get("nc")
+    if nc is not None and (isinstance(nc, bool) or nc != len(names)):
+        raise ValueError("%s: 'nc' is %r but 'names' has %d classes" % (yaml_path, nc, len(names)))
+    return names
+
+
+def _split_images(yaml_path: str, root: str, key: str, value) -> List[str]:
+    sources = value if isinstance(value, (list, tuple)) else [value]
+    images = []
+    for source in sources:
+        if not isinstance(source, str) or not source:
+            raise ValueError("%s: '%s' must be a folder, a .txt list of images or a list of "
+                             "these, not %r" % (yaml_path, key, source))
+        images.extend(_images_of(yaml_path, root, key, source))
+    return images
+
+
+def _images_of(yaml_path: str, root: str, key: str, source: str) -> List[str]:
+    path = os.path.normpath(os.path.join(root, os.path.expanduser(source)))
+    if not os.path.exists(path) and source.startswith("../"):
+        path = os.path.normpath(os.path.join(root, source[3:]))
+    if os.path.isdir(path):
+        images = _images_in(path)
+        if not images:
+            raise ValueError("%s: '%s': %s holds no images (%s)" % (
+                yaml_path, key, path, ", ".join(e[1:] for e in _IMAGE_EXTENSIONS)))
+        return images
+    if os.path.isfile(path):
+        if not path.lower().endswith(".txt"):
+            raise ValueError("%s: '%s': %s is neither a folder nor a .txt list of images"
+                             % (yaml_path, key, path))
+        with open(path, encoding="utf-8-sig") as f:
+            return [os.path.normpath(os.path.join(root, line.strip()))
+                    for line in f if line.strip()]
+    raise FileNotFoundError("%s: '%s': %s does not exist" % (yaml_path, key, path))
+
+
+def _images_in(folder: str) -> List[str]:
+    found = []
+    for parent, _, files in os.walk(folder):
+        found.extend(os.path.join(parent, name) for name in files
+                     if name.lower().endswith(_IMAGE_EXTENSIONS))
+    return sorted(found)
+
+
+def _listdir(folder: str) -> List[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
+
+
+def _stored_size_and_orientation(image_path: str,
+                                 problems: _Problems) -> Optional[Tuple[int, int, int]]:
+    """(height, width, EXIF orientation 1..8) from the header; None (and a warning) when PIL
+    cannot open the file."""
+    from PIL import Image
+    try:
+        with Image.open(image_path) as image:
+            width, height = image.size
+            # getexif() of a PNG without an eXIf chunk before its pixels decodes them to look
+            # further: only ask when the header held EXIF.
+            orientation = image.getexif().get(0x0112, 1) if "exif" in image.info else 1
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+        problems.skip(_BAD_IMAGE, image_path, "skipping it (%s)" % e)
+        return None
+    return height, width, orientation if orientation in range(1, 9) else 1
+
+
+def _objects(text: str, label_path: str, num_classes: int,
+             problems: _Problems) -> List[Tuple[int, np.ndarray]]:
+    """(class id 0..num_classes-1, [x1, y1, x2, y2] normalised) of each good line."""
+    objects = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        fields = line.split()
+        if not fields:
+            continue
+        where = "%s:%d" % (label_path, number)
+
+        def skip(kind, detail):
+            problems.skip(kind, where, "skipping %r (%s)" % (line.strip()[:80], detail))
+
+        polygon = len(fields) >= 7 and len(fields) % 2 == 1
+        if len(fields) != 5 and not polygon:
+            skip(_WRONG_FIELDS, "%d fields; expected `class cx cy w h` or a polygon "
+                 "`class x1 y1 x2 y2 x3 y3 ...`" % len(fields))
+            continue
+        try:
+            values = np.array([float(v) for v in fields], np.float64)
+        except ValueError:
+            values = None
+        if values is None or not np.all(np.isfinite(values)):
+            skip(_NOT_A_NUMBER, "every field must be a number")
+            continue
+        class_id = values[0]
+        if class_id != int(class_id) or not 0 <= class_id < num_classes:
+            skip(_CLASS_RANGE, "class %s; the dataset's class ids are 0..%d"
+                 % (fields[0], num_classes - 1))
+            continue
+        if polygon:
+            points = values[1:].reshape(-1, 2)
+        else:
+            cx, cy, w, h = values[1:]
+            points = np.array([[cx - w / 2, cy - h / 2], [cx + w / 2, cy + h / 2]])
+        if np.any(points < -_COORDINATE_TOLERANCE) or np.any(points > 1 + _COORDINATE_TOLERANCE):
+            skip(_OUTSIDE, "%s reaches %s; coordinates are fractions 0..1 of the image size"
+                 % ("the polygon" if polygon else "the box", _extent(points)))
+            continue
+        points = np.clip(points, 0.0, 1.0)
+        if polygon:
+            box = np.concatenate([points.min(axis=0), points.max(axis=0)])
+        else:
+            box = points.reshape(4)
+        if box[2] <= box[0] or box[3] <= box[1]:
+            skip(_EMPTY_BOX, "width %.6g, height %.6g" % (box[2] - box[0], box[3] - box[1]))
+            continue
+        objects.append((int(class_id), box))
+    return objects
+
+
+def _extent(points: np.ndarray) -> str:
+    low, high = points.min(axis=0), points.max(axis=0)
+    return "x %.4g..%.4g, y %.4g..%.4g" % (low[0], high[0], low[1], high[1])
+
+
+def _to_stored(boxes: np.ndarray, orientation: int) -> np.ndarray:
+    """[x1, y1, x2, y2] normalised boxes of the displayed image onto the stored one."""
+    x1, y1, x2, y2 = boxes.T
+    if orientation in (5, 6, 7, 8):  # A quarter turn (with a mirror for 5 and 7): axes swap.
+        x1, y1, x2, y2 = y1, x1, y2, x2
+    # The stored axes that run backwards in the displayed image.
+    flip_x = orientation in (2, 3, 7, 8)
+    flip_y = orientation in (3, 4, 6, 7)
+    if flip_x:
+        x1, x2 = 1.0 - x2, 1.0 - x1
+    if flip_y:
+        y1, y2 = 1.0 - y2, 1.0 - y1
+    return np.stack([x1, y1, x2, y2], axis=1)
+
+
+def _record(image_id: int, image_path: str, size: Tuple[int, int, int],
+            objects: Iterable[Tuple[int, np.ndarray]]) -> ImageRecord:
+    height, width, orientation = size
+    objects = list(objects)
+    if not objects:
+        return ImageRecord(image_id, image_path, height, width, *empty_annotations())
+    normalised = _to_stored(np.stack([box for _, box in objects]), orientation)
+    x1, y1, x2, y2 = normalised.T
+    boxes = np.stack([y1 * height, x1 * width, y2 * height, x2 * width], axis=1)
+    area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    classes = np.array([class_id + 1 for class_id, _ in objects], np.int64)
+    return ImageRecord(image_id, image_path, height, width, boxes.astype(np.float32), classes,
+                       np.zeros([len(objects)], bool), area.astype(np.float32))

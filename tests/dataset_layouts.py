@@ -1,0 +1,126 @@
+"""Small datasets in the layouts labelling tools export, for the tests of `--data`.
+
+Each writer puts the same two classes ("widget", "gadget") in its own numbering, with one
+box per image (a white rectangle on black, so a model can learn it) and returns the
+ground truth as {image file name: [(name, [ymin, xmin, ymax, xmax] pixels)]}.
+"""
+
+import json
+import os
+
+import numpy as np
+import yaml
+from PIL import Image
+
+NAMES = ("widget", "gadget")
+HEIGHT, WIDTH = 48, 64
+
+
+def _image(folder, name, index):
+    """Writes a JPEG with one white box; returns its box [ymin, xmin, ymax, xmax] in pixels."""
+    os.makedirs(folder, exist_ok=True)
+    top, left = 4 + 3 * (index % 4), 6 + 5 * (index % 3)
+    box = [top, left, top + 20, left + 24 + 4 * (index % 2)]
+    pixels = np.zeros([HEIGHT, WIDTH, 3], np.uint8)
+    pixels[box[0]:box[2], box[1]:box[3]] = 255
+    Image.fromarray(pixels).save(os.path.join(folder, name), quality=95)
+    return box
+
+
+def _plan(count):
+    """(file name, class index 0/1) of each image of a split."""
+    return [("img%02d.jpg" % i, i % 2) for i in range(count)]
+
+
+def write_coco_json(path, image_folder, count, category_ids, extra_categories=()):
+    """A COCO instances JSON for `count` images written into image_folder; category_ids maps
+    class index 0/1 to the file's category id."""
+    images, annotations, truth = [], [], {}
+    for i, (name, cls) in enumerate(_plan(count)):
+        box = _image(image_folder, name, i)
+        images.append({"id": i + 1, "file_name": name, "height": HEIGHT, "width": WIDTH})
+        annotations.append({"id": i + 1, "image_id": i + 1, "category_id": category_ids[cls],
+                            "bbox": [box[1], box[0], box[3] - box[1], box[2] - box[0]],
+                            "area": (box[3] - box[1]) * (box[2] - box[0]), "iscrowd": 0})
+        truth[name] = [(NAMES[cls], box)]
+    categories = list(extra_categories) + [
+        {"id": category_ids[k], "name": NAMES[k], "supercategory": "things"} for k in (0, 1)]
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"images": images, "annotations": annotations, "categories": categories}, f)
+    return truth
+
+
+def write_coco_folder(root, train=8, val=4, category_ids=(1, 2)):
+    """root/annotations/instances_{train,val}.json with images in root/train/, root/val/."""
+    return {split: write_coco_json(os.path.join(root, "annotations", "instances_%s.json" % split),
+                                   os.path.join(root, split), count, category_ids)
+            for split, count in (("train", train), ("val", val))}
+
+
+def write_roboflow(root, train=8, valid=4):
+    """Roboflow's COCO export: train/ valid/ folders with _annotations.coco.json beside the
+    images, and its root category first (id 0, the dataset's name, never annotated)."""
+    project = "widgets-xyz"
+    root_category = [{"id": 0, "name": project, "supercategory": "none"}]
+    truth = {}
+    for split, count in (("train", train), ("valid", valid)):
+        folder = os.path.join(root, split)
+        truth[split] = write_coco_json(os.path.join(folder, "_annotations.coco.json"), folder,
+                                       count, (1, 2), root_category)
+        with open(os.path.join(folder, "_annotations.coco.json")) as f:
+            data = json.load(f)
+        for category in data["categories"][1:]:
+            category["supercategory"] = project
+        with open(os.path.join(folder, "_annotations.coco.json"), "w") as f:
+            json.dump(data, f)
+    return truth
+
+
+def write_yolo(root, train=8, val=4):
+    """An Ultralytics dataset: data.yaml, images/{train,val}/ and labels/{train,val}/ with
+    one `class cx cy w h` line per box (0-based classes, normalised coordinates)."""
+    truth = {}
+    for split, count in (("train", train), ("val", val)):
+        labels = os.path.join(root, "labels", split)
+        os.makedirs(labels, exist_ok=True)
+        truth[split] = {}
+        for i, (name, cls) in enumerate(_plan(count)):
+            box = _image(os.path.join(root, "images", split), name, i)
+            ymin, xmin, ymax, xmax = box
+            with open(os.path.join(labels, name.replace(".jpg", ".txt")), "w") as f:
+                f.write("%d %.6f %.6f %.6f %.6f\n" % (
+                    cls, (xmin + xmax) / 2 / WIDTH, (ymin + ymax) / 2 / HEIGHT,
+                    (xmax - xmin) / WIDTH, (ymax - ymin) / HEIGHT))
+            truth[split][name] = [(NAMES[cls], box)]
+    with open(os.path.join(root, "data.yaml"), "w") as f:
+        yaml.safe_dump({"path": ".", "train": "images/train", "val": "images/val",
+                        "nc": len(NAMES), "names": list(NAMES)}, f)
+    return truth
+
+
+def write_voc(root, train=8, val=4, names=NAMES):
+    """A VOC year folder: Annotations/, JPEGImages/, ImageSets/Main/{train,val}.txt (VOC
+    boxes are 1-based inclusive pixels)."""
+    truth = {}
+    main = os.path.join(root, "ImageSets", "Main")
+    os.makedirs(main, exist_ok=True)
+    os.makedirs(os.path.join(root, "Annotations"), exist_ok=True)
+    for split, count in (("train", train), ("val", val)):
+        ids = []
+        truth[split] = {}
+        for i, (name, cls) in enumerate(_plan(count)):
+            image_id = "%s_%02d" % (split, i)
+            box = _image(os.path.join(root, "JPEGImages"), image_id + ".jpg", i)
+            ymin, xmin, ymax, xmax = box
+            with open(os.path.join(root, "Annotations", image_id + ".xml"), "w") as f:
+                f.write("<annotation><size><width>%d</width><height>%d</height></size>"
+                        "<object><name>%s</name><difficult>0</difficult><bndbox><xmin>%d</xmin>"
+                        "<ymin>%d</ymin><xmax>%d</xmax><ymax>%d</ymax></bndbox></object>"
+                        "</annotation>" % (WIDTH, HEIGHT, names[cls], xmin + 1, ymin + 1,
+                                           xmax, ymax))
+            ids.append(image_id)
+            truth[split][image_id + ".jpg"] = [(names[cls], box)]
+        with open(os.path.join(main, split + ".txt"), "w") as f:
+            f.write("\n".join(ids) + "\n")
+    return truth

@@ -1,0 +1,93 @@
+"""`--data` on the command-line tools: one argument names a dataset in any layout, its classes
+reach the run, and the TFRecords written from it read back as a dataset."""
+
+import json
+import os
+import subprocess
+
+import pytest
+import yaml
+
+import dataset_layouts
+from helpers import REPO_ROOT, SMALL_NETWORK_HPARAMS, python
+from efficientdet_keras.data.datasets import open_dataset
+
+TOOLS = os.path.join(REPO_ROOT, "tools")
+SMALL = SMALL_NETWORK_HPARAMS + ",image_size=64,jitter_min=1.0,jitter_max=1.0"
+
+
+def run_tool(tool, *args, timeout=600):
+    return subprocess.run([python(), os.path.join(TOOLS, tool), *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_train_on_a_roboflow_export_takes_classes_and_names_from_the_data(tmp_path):
+    data = str(tmp_path / "pets")
+    dataset_layouts.write_roboflow(data)
+    model_dir = tmp_path / "run"
+    result = run_tool("train.py", "--data=" + data, "--model_dir=%s" % model_dir,
+                      "--hparams=" + SMALL, "--batch_size=4", "--num_epochs=1",
+                      "--eval_images=0", "--tf_random_seed=1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert lines[0] == "Data: %s, COCO JSON (Roboflow layout)" % data
+    assert " ".join(lines[1].split()).startswith("train 8 images, 8 boxes")
+    assert " ".join(lines[2].split()).startswith("val 4 images, 4 boxes")
+    assert "classes 2 (widget, gadget)" in lines[3]
+    assert "left out the root category 'widgets-xyz'" in lines[4]
+    # The per-class AP of the evaluation is by the data's names.
+    assert "per-class AP:" in result.stdout
+    assert any(line.split()[:1] == ["widget"] for line in lines)
+    assert any(line.split()[:1] == ["gadget"] for line in lines)
+    config = yaml.safe_load((model_dir / "config.yaml").read_text())
+    assert config["num_classes"] == 2
+    assert config["label_map"] == {1: "widget", 2: "gadget"}
+    classes = json.loads((model_dir / "classes.json").read_text())
+    assert classes["format"] == "roboflow" and classes["left_out"] == "widgets-xyz"
+    assert classes["classes"] == [{"id": 1, "name": "widget", "data_id": 1},
+                                  {"id": 2, "name": "gadget", "data_id": 2}]
+    truth = json.loads((model_dir / "val_ground_truth.json").read_text())
+    assert len(truth["images"]) == 4 and len(truth["annotations"]) == 4
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("extra,message", [
+    (["--train_json=x.json"], "--data names the whole dataset; drop --train_json"),
+    (["--hparams=num_classes=1"], "the data has 2 class ids but num_classes is 1: the boxes of "
+                                  "gadget would be dropped"),
+])
+def test_data_flag_mistakes_stop_with_one_line(tmp_path, extra, message):
+    data = str(tmp_path / "pets")
+    dataset_layouts.write_coco_folder(data, train=2, val=2)
+    result = run_tool("train.py", "--data=" + data, "--model_dir=%s" % (tmp_path / "run"),
+                      *extra)
+    assert result.returncode != 0
+    assert message in result.stderr.strip().splitlines()[-1]
+
+
+def test_a_dataset_converted_to_tfrecords_reads_back_and_checks(tmp_path):
+    data = str(tmp_path / "VOC")
+    dataset_layouts.write_voc(data, train=4, val=2)
+    prefix = str(tmp_path / "records" / "pets")
+    result = run_tool("create_tfrecord.py", "--data=" + data, "--output_prefix=" + prefix)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Wrote 4 images (4 objects) to 1 shard(s) %s-train" % prefix in result.stdout
+    assert "Wrote 2 images (2 objects) to 1 shard(s) %s-val" % prefix in result.stdout
+    assert sorted(os.listdir(tmp_path / "records")) == [
+        "label_map.json", "pets-train-00000-of-00001.tfrecord", "pets-train.json",
+        "pets-val-00000-of-00001.tfrecord", "pets-val.json"]
+
+    converted = open_dataset(str(tmp_path / "records"))
+    assert converted.format == "tfrecord"
+    assert converted.classes.names == {1: "gadget", 2: "widget"}
+    truth = converted.ground_truth("val")
+    original = open_dataset(data).ground_truth("val")
+    assert [a["bbox"] for a in truth["annotations"]] == [a["bbox"] for a in original["annotations"]]
+
+    check = run_tool("check_data.py", "--data=%s" % (tmp_path / "records"), "--data_split=val",
+                     "--output_png=", "--output_json=%s" % (tmp_path / "check.json"))
+    assert check.returncode == 0, check.stderr[-3000:]
+    assert check.stdout.startswith("Data: %s, TFRecord" % (tmp_path / "records"))
+    numbers = json.loads((tmp_path / "check.json").read_text())
+    assert numbers["images"] == 2
+    assert [(c["name"], c["boxes"]) for c in numbers["classes"]] == [("gadget", 1), ("widget", 1)]
