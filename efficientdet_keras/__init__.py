@@ -26,7 +26,7 @@ _EXPORTS = {
     "released_checkpoint_dir": "checkpoint", "RELEASED_CHECKPOINTS": "checkpoint",
     # Data.
     "InputPipeline": "data.pipeline", "make_source": "data.sources",
-    "open_dataset": "data.datasets", "classes_into_config": "data.classes",
+    "open_dataset": "data.datasets", "classes_into_config": "data.formats.classes",
     # Training.
     "EfficientDetNetTrain": "training.trainer", "EfficientDetNetTrainHub": "training.hub_trainer",
     "TrainingRun": "training.run", "get_callbacks": "training.callbacks",

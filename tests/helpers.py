@@ -20,8 +20,8 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from efficientdet_keras.data.records import ImageRecord
-from efficientdet_keras.data.tf_example import record_to_tf_example
+from efficientdet_keras.data.formats.records import ImageRecord
+from efficientdet_keras.data.formats.tf_example import record_to_tf_example
 from efficientdet_keras.training.ema import ExponentialMovingAverage
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image, ImageEnhance, ImageOps
 
-from efficientdet_keras.data import autoaugment, image_ops
+from efficientdet_keras.data.augmentation import autoaugment, image_ops
 
 pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
 

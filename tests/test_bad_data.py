@@ -19,8 +19,8 @@ from helpers import REPO_ROOT, tiny_config
 from efficientdet_keras.data.decode import DataHealth, decode_and_clean
 from efficientdet_keras.data.pipeline import InputPipeline
 from efficientdet_keras.data.sources import RecordsSource, TFRecordSource
-from efficientdet_keras.data.records import ImageRecord
-from efficientdet_keras.data.tf_example import record_to_tf_example
+from efficientdet_keras.data.formats.records import ImageRecord
+from efficientdet_keras.data.formats.tf_example import record_to_tf_example
 
 NUM_CLASSES = 3
 

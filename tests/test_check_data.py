@@ -18,9 +18,9 @@ from efficientdet_keras.detection.anchors import Anchors, pairwise_iou
 from efficientdet_keras.data.check import (count_records, format_report, plot_box_sizes,
                                            scan_dataset, summarize)
 from efficientdet_keras.data.sources import CocoSource, RecordsSource, TFRecordSource
-from efficientdet_keras.data.coco_json import records_to_coco
-from efficientdet_keras.data.records import ImageRecord
-from efficientdet_keras.data.tf_example import record_to_tf_example
+from efficientdet_keras.data.formats.coco_json import records_to_coco
+from efficientdet_keras.data.formats.records import ImageRecord
+from efficientdet_keras.data.formats.tf_example import record_to_tf_example
 
 from test_voc import make_voc_tree
 

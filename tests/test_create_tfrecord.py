@@ -11,8 +11,8 @@ from pycocotools.cocoeval import COCOeval
 
 from helpers import REPO_ROOT, python
 from efficientdet_keras.data.tfrecord_writer import write_tfrecords
-from efficientdet_keras.data.coco_records import load_coco_records
-from efficientdet_keras.data.tf_example import parse_tf_example
+from efficientdet_keras.data.formats.coco_records import load_coco_records
+from efficientdet_keras.data.formats.tf_example import parse_tf_example
 from test_voc import TINY_VOC, make_voc_tree
 
 TOOL = os.path.join(REPO_ROOT, "tools", "create_tfrecord.py")

@@ -10,7 +10,7 @@ import pytest
 import dataset_layouts
 from dataset_layouts import NAMES
 from efficientdet_keras import get_efficientdet_config
-from efficientdet_keras.data.classes import (classes_into_config, coco_classes,
+from efficientdet_keras.data.formats.classes import (classes_into_config, coco_classes,
                                              named_classes)
 from efficientdet_keras.data.datasets import open_dataset, read_label_map_file
 

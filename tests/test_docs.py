@@ -192,7 +192,7 @@ def _run_command(command, cwd):
 
 def test_worked_example_json_is_the_layout_the_loader_reads(project, tmp_path):
     """The example COCO JSON is valid and loads, with the ids and classes it shows."""
-    from efficientdet_keras.data.coco_records import load_coco_records
+    from efficientdet_keras.data.formats.coco_records import load_coco_records
     example = [b for b in EXAMPLE_BLOCKS if b.language == "json"]
     assert len(example) == 1
     (tmp_path / "data.json").write_text(example[0].code)

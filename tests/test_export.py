@@ -10,7 +10,7 @@ import tensorflow as tf
 from helpers import REPO_ROOT, SMALL_NETWORK, python, tiny_config
 from efficientdet_keras import EfficientDetNet, restore_ckpt, save_ckpt
 from efficientdet_keras.checkpoint import variable_name
-from efficientdet_keras.data.augment import resize_crop_pad
+from efficientdet_keras.data.augmentation.augment import resize_crop_pad
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
 from efficientdet_keras.export.saved_model import export_detector
 from efficientdet_keras.detection.postprocess import postprocess_detections

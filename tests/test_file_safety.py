@@ -21,7 +21,7 @@ from helpers import REPO_ROOT, python, tiny_config
 from efficientdet_keras.checkpoint.archive import CheckpointArchive
 from efficientdet_keras.checkpoint import save_ckpt
 from efficientdet_keras.config import get_efficientdet_config
-from efficientdet_keras.data.coco_records import load_coco_records
+from efficientdet_keras.data.formats.coco_records import load_coco_records
 from efficientdet_keras.utils.fileio import (FOREIGN_TEMPORARY_FILE_SECONDS, FileWriteError,
                                              file_name_host, remove_stale_temporary_files,
                                              write_json_atomically)

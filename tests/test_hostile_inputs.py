@@ -11,8 +11,8 @@ import pytest
 
 from test_voc import make_voc_tree
 from efficientdet_keras.config.overrides import read_yaml
-from efficientdet_keras.data.coco_json import read_coco_json
-from efficientdet_keras.data.voc import load_voc_records
+from efficientdet_keras.data.formats.coco_json import read_coco_json
+from efficientdet_keras.data.formats.voc import load_voc_records
 from efficientdet_keras.inference.images import load_image
 
 pytestmark = pytest.mark.quick

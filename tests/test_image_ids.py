@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from helpers import bright_box_image, tiny_config, write_image, write_tfrecord
-from efficientdet_keras.data.image_ids import image_id_to_int64
+from efficientdet_keras.data.formats.image_ids import image_id_to_int64
 from efficientdet_keras.data.pipeline import InputPipeline
 from efficientdet_keras.data.sources import CocoSource, TFRecordSource
-from efficientdet_keras.data.coco_json import read_coco_json, records_to_coco
-from efficientdet_keras.data.coco_records import load_coco_records
-from efficientdet_keras.data.records import ImageRecord
+from efficientdet_keras.data.formats.coco_json import read_coco_json, records_to_coco
+from efficientdet_keras.data.formats.coco_records import load_coco_records
+from efficientdet_keras.data.formats.records import ImageRecord
 from efficientdet_keras.evaluation import COCOEvaluator, check_source_ids_match
 from efficientdet_keras.detection.postprocess import CocoRows, Detections
 

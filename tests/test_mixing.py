@@ -1,11 +1,11 @@
-"""Mosaic, mixup and GridMask as functions (data/mixing.py, data/gridmask.py)."""
+"""Mosaic, mixup and GridMask as functions (data/augmentation/mixing.py, data/augmentation/gridmask.py)."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from helpers import bright_box_image
-from efficientdet_keras.data import gridmask, mixing
+from efficientdet_keras.data.augmentation import gridmask, mixing
 
 pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
 

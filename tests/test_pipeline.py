@@ -6,12 +6,12 @@ import pytest
 import tensorflow as tf
 
 from helpers import bright_box_image, make_records, tiny_config, write_image, write_tfrecord
-from efficientdet_keras.data import autoaugment
+from efficientdet_keras.data.augmentation import autoaugment
 from efficientdet_keras.data.pipeline import InputPipeline
 from efficientdet_keras.data.sources import (CocoSource, RecordsSource, TFRecordSource,
                                              make_source)
-from efficientdet_keras.data.coco_json import records_to_coco
-from efficientdet_keras.data.records import ImageRecord
+from efficientdet_keras.data.formats.coco_json import records_to_coco
+from efficientdet_keras.data.formats.records import ImageRecord
 
 
 def config(**overrides):

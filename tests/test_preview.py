@@ -12,7 +12,7 @@ from PIL import Image
 from helpers import REPO_ROOT, bright_box_image, python, tiny_config, write_image, write_tfrecord
 from efficientdet_keras.data.sources import RecordsSource, TFRecordSource
 from efficientdet_keras.data.preview import augmented_examples, preview_grid
-from efficientdet_keras.data.records import ImageRecord
+from efficientdet_keras.data.formats.records import ImageRecord
 from efficientdet_keras.utils.drawing import class_colour, image_grid
 
 HEIGHT, WIDTH = 120, 160  # Originals; at 128 px they scale by 0.8 to 96x128 (rows 96+ pad).

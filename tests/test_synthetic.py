@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from efficientdet_keras.data.coco_records import load_coco_records
-from efficientdet_keras.data.tf_example import parse_tf_example
-from efficientdet_keras.data.tfrecord_files import list_files
+from efficientdet_keras.data.formats.coco_records import load_coco_records
+from efficientdet_keras.data.formats.tf_example import parse_tf_example
+from efficientdet_keras.data.formats.tfrecord_files import list_files
 from efficientdet_keras.data.synthetic import (MAX_OBJECTS, SYNTHETIC_LABEL_MAP, draw_example,
                                                generate_examples, make_background, paint_shape,
                                                shape_mask, write_synthetic_dataset)

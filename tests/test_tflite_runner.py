@@ -27,7 +27,7 @@ from efficientdet_keras.evaluation.tflite_evaluation import (TFLiteEvaluation,
                                                              pipeline_images_to_uint8)
 from efficientdet_keras.inference.serving_graph import preprocess_image
 from efficientdet_keras.export.tflite import export_tflite
-from efficientdet_keras.data.augment import resize_crop_pad
+from efficientdet_keras.data.augmentation.augment import resize_crop_pad
 from efficientdet_keras.inference.tflite_runner import (INSTALL_HINT, LiteRTMissingError,
                                                      TFLiteDetector, letterbox_uint8, to_uint8)
 from efficientdet_keras.detection.postprocess import postprocess_detections

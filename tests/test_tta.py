@@ -9,7 +9,7 @@ import tensorflow as tf
 from helpers import bright_box_image, tiny_config, write_image
 from efficientdet_keras import Detector, EfficientDetNet
 from efficientdet_keras.data.pipeline import InputPipeline
-from efficientdet_keras.data.records import ImageRecord
+from efficientdet_keras.data.formats.records import ImageRecord
 from efficientdet_keras.data.sources import RecordsSource
 from efficientdet_keras.detection.postprocess import Detections
 from efficientdet_keras.detection.tta import check_tta, merge_flipped, mirror_boxes

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from efficientdet_keras.data.voc import VOC_LABEL_MAP, load_voc_records
+from efficientdet_keras.data.formats.voc import VOC_LABEL_MAP, load_voc_records
 
 pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
 

@@ -82,7 +82,7 @@ def make_source_and_label_map(config):
     from efficientdet_keras.config.label_maps import label_names
     label_map = label_names(config.label_map)
     if FLAGS.data:
-        from efficientdet_keras.data.classes import classes_into_config
+        from efficientdet_keras.data.formats.classes import classes_into_config
         from efficientdet_keras.data.datasets import open_dataset
         dataset = open_dataset(FLAGS.data)
         source = dataset.source(FLAGS.data_split)
@@ -92,12 +92,12 @@ def make_source_and_label_map(config):
             print("Warning: %s" % warning)
         return source, label_names(config.label_map)
     if FLAGS.voc_root:
-        from efficientdet_keras.data.voc import VOC_LABEL_MAP, load_voc_records
+        from efficientdet_keras.data.formats.voc import VOC_LABEL_MAP, load_voc_records
         label_map = label_map or VOC_LABEL_MAP
         return RecordsSource(load_voc_records(FLAGS.voc_root, FLAGS.voc_split, label_map)), \
             label_map
     if FLAGS.json_file:
-        from efficientdet_keras.data.coco_json import coco_categories
+        from efficientdet_keras.data.formats.coco_json import coco_categories
         label_map = label_map or coco_categories(FLAGS.json_file)
     return make_source(FLAGS.file_pattern, FLAGS.json_file, FLAGS.image_dir), label_map
 

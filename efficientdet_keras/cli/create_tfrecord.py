@@ -1,6 +1,6 @@
 """efficientdet-create-tfrecord: COCO JSON or Pascal VOC into sharded TFRecord files.
 
-Examples are in the Object Detection API layout (`data.tf_example.record_to_tf_example`):
+Examples are in the Object Detection API layout (`data.formats.tf_example.record_to_tf_example`):
 image bytes stored as they are on disk (no re-encoding), boxes normalised to 0..1; VOC
 examples also hold each object's difficult, truncated and view (the XML's pose).
 Shards are named <output_prefix>-00000-of-00004.tfrecord and filled round-robin.
@@ -137,12 +137,12 @@ def conversion_jobs():
                 for name, split in dataset.splits.items() if split.records is not None], \
             label_map
     if FLAGS.input_format == "voc":
-        from efficientdet_keras.data.voc import VOC_LABEL_MAP, load_voc_records
+        from efficientdet_keras.data.formats.voc import VOC_LABEL_MAP, load_voc_records
         label_map = label_map or VOC_LABEL_MAP
         records = load_voc_records(FLAGS.voc_root, FLAGS.voc_split, label_map)
     else:
-        from efficientdet_keras.data.coco_json import coco_categories
-        from efficientdet_keras.data.coco_records import load_coco_records
+        from efficientdet_keras.data.formats.coco_json import coco_categories
+        from efficientdet_keras.data.formats.coco_records import load_coco_records
         records = load_coco_records(FLAGS.coco_json, FLAGS.image_dir)
         label_map = label_map or coco_categories(FLAGS.coco_json)
     return [(FLAGS.output_prefix, records, FLAGS.output_json)], label_map
@@ -150,7 +150,7 @@ def conversion_jobs():
 
 def convert(records, output_prefix: str, output_json: str, label_map) -> None:
     """Writes one set of records as shards of output_prefix (and its ground truth)."""
-    from efficientdet_keras.data.coco_json import records_to_coco
+    from efficientdet_keras.data.formats.coco_json import records_to_coco
     from efficientdet_keras.data.tfrecord_writer import shard_paths, write_tfrecords
     if not records:
         sys.exit("%s: the input lists no images" % TOOL)

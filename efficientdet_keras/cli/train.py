@@ -249,7 +249,7 @@ def take_data_classes(config, dataset, files_dir) -> None:
     for each disagreement), and <model_dir>/classes.json mapping model ids to the data's."""
     from absl import logging
 
-    from efficientdet_keras.data.classes import classes_into_config
+    from efficientdet_keras.data.formats.classes import classes_into_config
     from efficientdet_keras.utils.fileio import write_json_atomically
     for warning in classes_into_config(config, dataset.classes, user_config_keys(FLAGS.hparams)):
         logging.warning("%s: %s", dataset.path, warning)

@@ -11,7 +11,7 @@ on the source's raw examples): records training would skip are listed by name wi
 reason, box repairs (dropped, clipped) are counted, and so are the records with more
 objects than max_instances_per_image and the objects they lose. Boxes are measured in pixels
 of the network input after the evaluation resize: the image is scaled by min(H/h, W/w),
-keeping its aspect ratio, and padded at the bottom and right (`data.augment.resize_crop_pad`).
+keeping its aspect ratio, and padded at the bottom and right (`data.augmentation.augment.resize_crop_pad`).
 """
 
 import dataclasses

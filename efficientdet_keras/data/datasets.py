@@ -18,7 +18,7 @@ Layouts found, in this order, for a folder:
 A file is read as what its name says: .yaml / .yml (YOLO), .json (COCO), .tfrecord.
 
 Split names are train, val and test (Roboflow's "valid", COCO's "val2017" and the like are
-renamed). Classes come from the data (`data.classes`); their ids are 1..K as the model
+renamed). Classes come from the data (`data.formats.classes`); their ids are 1..K as the model
 numbers them, and the records carry those ids whatever the data's own numbering.
 """
 
@@ -29,10 +29,10 @@ import os
 import re
 from typing import Callable, Dict, List, Optional, Sequence
 
-from efficientdet_keras.data.classes import (DataClasses, coco_classes, indexed_classes,
+from efficientdet_keras.data.formats.classes import (DataClasses, coco_classes, indexed_classes,
                                              named_classes)
-from efficientdet_keras.data.coco_json import parse_coco_file, records_to_coco
-from efficientdet_keras.data.records import ImageRecord
+from efficientdet_keras.data.formats.coco_json import parse_coco_file, records_to_coco
+from efficientdet_keras.data.formats.records import ImageRecord
 from efficientdet_keras.data.sources import RecordsSource, TFRecordSource
 
 FORMAT_NAMES = {"yolo": "YOLO (Ultralytics data.yaml)", "roboflow": "COCO JSON (Roboflow layout)",
@@ -102,7 +102,7 @@ class Dataset:
         takes it from the batches)."""
         split = self.split(name)
         if split.ground_truth_file:
-            from efficientdet_keras.data.coco_json import read_coco_json
+            from efficientdet_keras.data.formats.coco_json import read_coco_json
             return read_coco_json(split.ground_truth_file)
         records = split.records
         return None if records is None else records_to_coco(records, self.classes.names)
@@ -216,7 +216,7 @@ def coco_dataset(path: str, splits: Dict[str, tuple], data_format: str = "coco")
     The classes are the categories of the first split's file (train's when there is one);
     a split whose categories differ is an error naming both files.
     """
-    from efficientdet_keras.data.coco_records import load_coco_records
+    from efficientdet_keras.data.formats.coco_records import load_coco_records
     ordered = sorted(splits, key=lambda s: SPLITS.index(s) if s in SPLITS else len(SPLITS))
     first_file = splits[ordered[0]][0]
     first = parse_coco_file(first_file)
@@ -309,8 +309,8 @@ def _yolo_yaml(folder: str) -> Optional[str]:
 
 
 def yolo_dataset(yaml_file: str) -> Dataset:
-    """An Ultralytics data.yaml with its images/ and labels/ (see `data.yolo`)."""
-    from efficientdet_keras.data import yolo
+    """An Ultralytics data.yaml with its images/ and labels/ (see `data.formats.yolo`)."""
+    from efficientdet_keras.data.formats import yolo
     layout = yolo.read_yolo_yaml(yaml_file)
     classes = indexed_classes(layout.names)
     skipped = collections.Counter()
@@ -334,7 +334,7 @@ def yolo_dataset(yaml_file: str) -> Dataset:
 def voc_dataset(voc_root: str) -> Dataset:
     """A VOC year folder: train and val (else trainval as train) and test from
     ImageSets/Main; the classes are the object names of its annotations."""
-    from efficientdet_keras.data.voc import load_voc_records, voc_object_names
+    from efficientdet_keras.data.formats.voc import load_voc_records, voc_object_names
     main = os.path.join(voc_root, "ImageSets", "Main")
     present = [s for s in ("train", "val", "trainval", "test")
                if os.path.isfile(os.path.join(main, s + ".txt"))]

@@ -1,6 +1,6 @@
 """Decoding and checking raw examples as TensorFlow ops, surviving bad data.
 
-Every reader's raw example (see `data.records`) goes through `decode_and_clean`,
+Every reader's raw example (see `data.formats.records`) goes through `decode_and_clean`,
 which runs as graph ops only (no tf.py_function: a script that stops while an
 iterator is alive exits at once, and the input path never takes the GIL).
 Bad data never crashes training or evaluation:
@@ -23,12 +23,13 @@ a class id outside 1..num_classes stops the run with an error naming the record.
 import collections
 import dataclasses
 import sys
-from typing import Callable, Dict, Sequence, Tuple
+from typing import Dict, Sequence, Tuple
 
 import tensorflow as tf
 from absl import logging
 
-from efficientdet_keras.data.image_ids import image_id_to_int64_graph
+from efficientdet_keras.data.formats.image_ids import image_id_to_int64_graph
+from efficientdet_keras.data.formats.records import attempt
 from efficientdet_keras.data.image_limits import MAX_IMAGE_PIXELS
 
 # Record-level problems: the record is skipped. The order is the order of the checks.
@@ -66,21 +67,6 @@ class Truncation:
                 % (self.records, "record has" if self.records == 1 else "records have",
                    self.max_instances, self.most_objects, self.objects_dropped,
                    self.most_objects))
-
-
-def attempt(fn: Callable, value, fallback):
-    """(fn(value), True), or (fallback, False) when fn fails at run time (a missing file,
-    corrupt image bytes, bytes that are not a tf.Example): graph ops only.
-
-    fn runs in a one-element nested tf.data pipeline whose errors ignore_errors()
-    drops, a small cost per call; fallback must have fn's structure and dtypes.
-    """
-    def tried(x):
-        return fn(x), tf.constant(True)
-
-    results = tf.data.Dataset.from_tensors(value).map(tried).ignore_errors()
-    fallback = tf.data.Dataset.from_tensors((fallback, tf.constant(False)))
-    return results.concatenate(fallback).take(1).get_single_element()
 
 
 class DataHealth:
@@ -347,7 +333,7 @@ def decode_and_clean(raw: Dict[str, tf.Tensor], num_classes: int, max_instances:
       is_crowd: bool [N]; area: float32 [N] (original pixels^2)
       object_index: int32 [N], each kept object's place among the record's objects
       source_id: string; ok: bool (false: skip this example)
-      image_id: int64, `data.image_ids.image_id_to_int64(source_id)`
+      image_id: int64, `data.formats.image_ids.image_id_to_int64(source_id)`
       record: string, the record's name (`record_name`)
       skip_reason: string, "<kind>: <detail>" of the problem that skips it, or "" when ok
     Raises (at run time, strict only): InvalidArgumentError naming the record for a

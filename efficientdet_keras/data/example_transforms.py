@@ -9,7 +9,7 @@ from typing import Optional
 import tensorflow as tf
 
 from efficientdet_keras.config.precision import policy_from_config
-from efficientdet_keras.data import augment, autoaugment, gridmask, mixing
+from efficientdet_keras.data.augmentation import augment, autoaugment, gridmask, mixing
 from efficientdet_keras.detection.anchors import AnchorLabeler
 
 # Each augmentation after flip and jitter folds its own number into the element's seed.

@@ -1,4 +1,4 @@
-"""Data sources of the input pipelines: where raw examples (see `data.records`) come from.
+"""Data sources of the input pipelines: where raw examples (see `data.formats.records`) come from.
 
 A source is any object with `raw_dataset(input_context, shuffle, seed)`, which returns a
 dataset of raw examples sharded for the input pipeline `input_context` names (if any).
@@ -10,9 +10,9 @@ from typing import Optional, Sequence
 
 import tensorflow as tf
 
-from efficientdet_keras.data.coco_records import load_coco_records
-from efficientdet_keras.data.records import ImageRecord, raw_dataset_from_records
-from efficientdet_keras.data.tfrecord_files import list_files, raw_dataset_from_tfrecord_file
+from efficientdet_keras.data.formats.coco_records import load_coco_records
+from efficientdet_keras.data.formats.records import ImageRecord, raw_dataset_from_records
+from efficientdet_keras.data.formats.tfrecord_files import list_files, raw_dataset_from_tfrecord_file
 
 
 class TFRecordSource:

@@ -10,7 +10,7 @@ is deterministic given the seed: image `i` is drawn from its own generator
 seeded with (seed, image_id), so train and val never share an image.
 
 `write_synthetic_dataset` writes JPEG folders, COCO instances JSON and
-TFRecords (the layouts of `data.coco_json` and `data.tf_example`), and reuses a complete dataset
+TFRecords (the layouts of `data.formats.coco_json` and `data.formats.tf_example`), and reuses a complete dataset
 already written with the same parameters (see `manifest.json`).
 """
 
@@ -23,8 +23,8 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple, Union
 import numpy as np
 import tensorflow as tf
 
-from efficientdet_keras.data.coco_json import records_to_coco
-from efficientdet_keras.data.records import ImageRecord
+from efficientdet_keras.data.formats.coco_json import records_to_coco
+from efficientdet_keras.data.formats.records import ImageRecord
 from efficientdet_keras.data.tfrecord_writer import write_tfrecords
 from efficientdet_keras.utils.fileio import (write_bytes_atomically, write_json_atomically,
                                        write_text_atomically)

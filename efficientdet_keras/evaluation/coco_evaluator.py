@@ -8,7 +8,7 @@
 
 Every image the evaluator has seen counts, with or without detections. Image
 ids are int64 end to end (never floats): the pipeline's `source_ids`, the id
-column of the detections and, through `data.image_ids.image_id_to_int64`, the ids
+column of the detections and, through `data.formats.image_ids.image_id_to_int64`, the ids
 of a ground-truth JSON (integers, numeric strings or other strings alike), so
 ids up to 2^63 - 1 and hashed string ids match exactly. Two scoring backends give
 the same numbers: pycocotools (the reference) and faster-coco-eval (used when
@@ -23,8 +23,8 @@ from typing import Dict, List, Mapping, Optional
 
 import numpy as np
 
-from efficientdet_keras.data.image_ids import ImageId, image_id_to_int64
-from efficientdet_keras.data.coco_json import coco_image_ids, read_coco_json
+from efficientdet_keras.data.formats.image_ids import ImageId, image_id_to_int64
+from efficientdet_keras.data.formats.coco_json import coco_image_ids, read_coco_json
 from efficientdet_keras.evaluation.id_check import check_ids_match
 from efficientdet_keras.detection.postprocess import (CocoRows, Detections, box_scale_factors,
                                                       to_coco_rows)

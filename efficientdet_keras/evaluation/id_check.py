@@ -13,8 +13,8 @@ from typing import Iterable, List, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
-from efficientdet_keras.data.image_ids import ImageId, image_id_to_int64
-from efficientdet_keras.data.coco_json import coco_image_ids, read_coco_json
+from efficientdet_keras.data.formats.image_ids import ImageId, image_id_to_int64
+from efficientdet_keras.data.formats.coco_json import coco_image_ids, read_coco_json
 
 # How many ids of each side an error message shows.
 _SHOWN = 3
@@ -26,7 +26,7 @@ def source_image_ids(source) -> List[str]:
     Reads the raw records only (no image decoding): for TFRecords one pass over
     the files, for COCO JSON, VOC and synthetic sources just their record lists.
     """
-    # Records found broken while reading (see data.records) have no id to check.
+    # Records found broken while reading (see data.formats.records) have no id to check.
     def readable(raw):
         return tf.equal(raw["problem"], "")
 

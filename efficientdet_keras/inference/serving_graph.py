@@ -15,7 +15,7 @@ N is nms_configs.max_output_size.
 
 import tensorflow as tf
 
-from efficientdet_keras.data.augment import resize_crop_pad
+from efficientdet_keras.data.augmentation.augment import resize_crop_pad
 from efficientdet_keras.detection.postprocess import postprocess_detections
 from efficientdet_keras.model.folding import can_fold, fold_batch_norms
 

@@ -96,7 +96,7 @@ def letterbox_tensors(image, image_size: Sequence[int], mean_rgb: Sequence[float
     Rounds as `to_uint8` does (half to even, then clipped to 0..255).
     """
     import tensorflow as tf
-    from efficientdet_keras.data.augment import resize_crop_pad
+    from efficientdet_keras.data.augmentation.augment import resize_crop_pad
     mean = tf.constant(mean_rgb, tf.float32)
     # Shifting by -mean before padding and +mean after makes the padding mean, not 0.
     shifted, _, scale, _ = resize_crop_pad(image, tf.zeros([0, 4]), image_size,

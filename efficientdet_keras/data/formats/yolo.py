@@ -19,7 +19,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 from absl import logging
 
-from efficientdet_keras.data.records import ImageRecord, empty_annotations
+from efficientdet_keras.data.formats.records import ImageRecord, empty_annotations
 
 # Coordinates may overshoot 0..1 by this much (rounding in exporters, boxes drawn up to the
 # border) and are clipped; beyond it the line is taken for a mistake (pixels written instead

@@ -1,13 +1,12 @@
 """tf.train.Examples in the Object Detection API layout (boxes normalised to 0..1): written
-from an ImageRecord, and parsed into a raw example (see `data.records`)."""
+from an ImageRecord, and parsed into a raw example (see `data.formats.records`)."""
 
 from typing import Dict, Optional
 
 import numpy as np
 import tensorflow as tf
 
-from efficientdet_keras.data.decode import attempt
-from efficientdet_keras.data.records import ImageRecord, no_problem
+from efficientdet_keras.data.formats.records import ImageRecord, attempt, no_problem
 
 
 def _bytes(values):

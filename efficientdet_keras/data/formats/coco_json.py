@@ -1,7 +1,7 @@
 """COCO instances JSON: reading and checking a file, its image ids and categories, and the
 COCO ground-truth dict of some ImageRecords.
 
-`read_coco_json` is strict (the evaluator's ground truth); `data.coco_records` reads the
+`read_coco_json` is strict (the evaluator's ground truth); `data.formats.coco_records` reads the
 same files leniently into ImageRecords for training.
 """
 
@@ -9,8 +9,8 @@ import json
 import os
 from typing import Dict, Sequence
 
-from efficientdet_keras.data.image_ids import ImageId, image_id_to_int64
-from efficientdet_keras.data.records import ImageRecord
+from efficientdet_keras.data.formats.image_ids import ImageId, image_id_to_int64
+from efficientdet_keras.data.formats.records import ImageRecord
 from efficientdet_keras.utils.memory import available_memory_bytes
 
 # Bytes of memory Python's json takes per byte of a COCO file: 3.7 measured on a COCO-style

@@ -14,7 +14,7 @@ import numpy as np
 from defusedxml import ElementTree
 
 from efficientdet_keras.config.label_maps import VOC_LABEL_MAP
-from efficientdet_keras.data.records import ImageRecord, empty_annotations
+from efficientdet_keras.data.formats.records import ImageRecord, empty_annotations
 
 
 def load_voc_records(voc_root: str, split: str = "train",

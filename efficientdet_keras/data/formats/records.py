@@ -1,11 +1,11 @@
 """The common annotated-image record, and the "raw example" every reader produces.
 
-Every reader ends in the same place: COCO JSON (`data.coco_records`) and Pascal VOC
-(`data.voc`) readers build `ImageRecord`s (image path plus annotations, boxes in
+Every reader ends in the same place: COCO JSON (`data.formats.coco_records`) and Pascal VOC
+(`data.formats.voc`) readers build `ImageRecord`s (image path plus annotations, boxes in
 pixels) and TFRecord files hold tf.train.Examples in the Object Detection API layout
-(`data.tf_example`, boxes normalised to 0..1). `raw_dataset_from_records` here and
-`data.tf_example.parse_tf_example` turn either into the same "raw example" dict, which
-`data.decode` then decodes.
+(`data.formats.tf_example`, boxes normalised to 0..1). `raw_dataset_from_records` here and
+`data.formats.tf_example.parse_tf_example` turn either into the same "raw example" dict, which
+`data.decode` then decodes. `attempt` is the graph-mode try both reading and decoding use.
 
 Raw example (all tensors, one image):
   encoded: string, the image file bytes ("" when `path` is used)
@@ -27,12 +27,12 @@ Raw example (all tensors, one image):
 
 import dataclasses
 import os
-from typing import Dict, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
-from efficientdet_keras.data.image_ids import ImageId
+from efficientdet_keras.data.formats.image_ids import ImageId
 
 
 @dataclasses.dataclass
@@ -41,7 +41,7 @@ class ImageRecord:
 
     image_id is the id as the dataset spells it (an int, or a string such as
     "000123" or "img_a.jpg"); it becomes the source_id text, and evaluation maps
-    it to int64 with `data.image_ids.image_id_to_int64`.
+    it to int64 with `data.formats.image_ids.image_id_to_int64`.
     """
     image_id: ImageId
     path: str
@@ -125,3 +125,18 @@ def no_problem(origin="") -> Dict[str, tf.Tensor]:
 def _ragged(arrays, lengths, dtype, empty_shape) -> tf.RaggedTensor:
     values = np.concatenate([np.asarray(a, dtype) for a in arrays] + [np.zeros(empty_shape, dtype)])
     return tf.RaggedTensor.from_row_lengths(tf.constant(values), tf.constant(lengths, tf.int64))
+
+
+def attempt(fn: Callable, value, fallback):
+    """(fn(value), True), or (fallback, False) when fn fails at run time (a missing file,
+    corrupt image bytes, bytes that are not a tf.Example): graph ops only.
+
+    fn runs in a one-element nested tf.data pipeline whose errors ignore_errors()
+    drops, a small cost per call; fallback must have fn's structure and dtypes.
+    """
+    def tried(x):
+        return fn(x), tf.constant(True)
+
+    results = tf.data.Dataset.from_tensors(value).map(tried).ignore_errors()
+    fallback = tf.data.Dataset.from_tensors((fallback, tf.constant(False)))
+    return results.concatenate(fallback).take(1).get_single_element()

@@ -5,8 +5,8 @@ from typing import Dict, List
 
 import tensorflow as tf
 
-from efficientdet_keras.data.records import no_problem
-from efficientdet_keras.data.tf_example import parse_tf_example
+from efficientdet_keras.data.formats.records import no_problem
+from efficientdet_keras.data.formats.tf_example import parse_tf_example
 
 
 # TFRecord framing around each record's data: length (8), its CRC (4), data CRC (4).

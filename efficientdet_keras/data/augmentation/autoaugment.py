@@ -3,7 +3,7 @@
 The policies are the sub-policy tables published with Zoph et al. 2019, "Learning Data
 Augmentation Strategies for Object Detection": each call picks one sub-policy uniformly and
 applies its ops in order, each with its probability, at its magnitude level (0-10). The image
-operations are in data/image_ops.py (no tensorflow-addons).
+operations are in data/augmentation/image_ops.py (no tensorflow-addons).
 
 Level -> argument (as the reference code; "signed": the sign is drawn at random; pixel amounts
 are for a 640-pixel image and scale with the image's longer side, so small images get the same
@@ -31,7 +31,7 @@ import functools
 
 import tensorflow as tf
 
-from efficientdet_keras.data import image_ops
+from efficientdet_keras.data.augmentation import image_ops
 
 MAX_LEVEL = 10.0
 # Pixel amounts of the reference hold for COCO-sized images; they scale with the longer side.

@@ -7,9 +7,9 @@ from typing import Dict, List, Optional, Set, Tuple
 import numpy as np
 from absl import logging
 
-from efficientdet_keras.data.coco_json import json_image_id, parse_coco_file
-from efficientdet_keras.data.image_ids import image_id_to_int64
-from efficientdet_keras.data.records import ImageRecord, empty_annotations
+from efficientdet_keras.data.formats.coco_json import json_image_id, parse_coco_file
+from efficientdet_keras.data.formats.image_ids import image_id_to_int64
+from efficientdet_keras.data.formats.records import ImageRecord, empty_annotations
 
 
 def load_coco_records(annotation_file: str, image_dir: str,
@@ -28,7 +28,7 @@ def load_coco_records(annotation_file: str, image_dir: str,
     width; an image id that appears twice (every entry with it: their annotations
     cannot be told apart); an image file missing from `image_dir`; an annotation
     without a valid bbox or category_id, or for an image id the file does not list.
-    (The evaluator's ground truth stays strict: `data.coco_json.read_coco_json`.)
+    (The evaluator's ground truth stays strict: `data.formats.coco_json.read_coco_json`.)
 
     Args:
       skipped: a Counter that gains the number of skipped entries per kind.
