@@ -48,6 +48,21 @@ def test_train_on_a_roboflow_export_takes_classes_and_names_from_the_data(tmp_pa
                                   {"id": 2, "name": "gadget", "data_id": 2}]
     truth = json.loads((model_dir / "val_ground_truth.json").read_text())
     assert len(truth["images"]) == 4 and len(truth["annotations"]) == 4
+    matrix = (model_dir / "confusion_matrix" / "epoch-1.csv").read_text().splitlines()
+    assert matrix[0].split(",")[1:] == ["widget", "gadget", "background"]
+    # The exports' label files come from the run's config: the data's names, in id order.
+    from efficientdet_keras.config import Config
+    from efficientdet_keras.export.tflite_metadata import label_lines
+    assert label_lines(Config.from_yaml(str(model_dir / "config.yaml"))) == ["widget", "gadget"]
+
+    # efficientdet-eval reads the same folder: its val split, scored with the data's names.
+    evaluation = run_tool("eval.py", "--model_dir=%s" % model_dir, "--data=" + data,
+                          "--progress=false")
+    assert evaluation.returncode == 0, evaluation.stderr[-3000:]
+    assert evaluation.stdout.startswith("Data: %s, COCO JSON (Roboflow layout)" % data)
+    rows = [line.split()[0] for line in evaluation.stdout.splitlines() if line.startswith("  ")]
+    assert "widget" in rows and "gadget" in rows
+    assert (model_dir / "confusion_matrix" / "ckpt-1.csv").exists()
 
 
 @pytest.mark.quick
@@ -63,6 +78,17 @@ def test_data_flag_mistakes_stop_with_one_line(tmp_path, extra, message):
                       *extra)
     assert result.returncode != 0
     assert message in result.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.quick
+def test_training_with_evaluation_on_data_without_a_validation_split_stops_with_one_line(
+        tmp_path):
+    data = str(tmp_path / "labels.json")
+    dataset_layouts.write_coco_json(data, str(tmp_path), 2, (1, 2))
+    result = run_tool("train.py", "--data=" + data, "--model_dir=%s" % (tmp_path / "run"))
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1].endswith(
+        "labels.json has no val or test split to evaluate on; use --mode=train, or add one")
 
 
 def test_a_dataset_converted_to_tfrecords_reads_back_and_checks(tmp_path):

@@ -1,3 +1,4 @@
+import csv
 import glob
 import json
 import logging
@@ -50,7 +51,8 @@ def test_single_evaluation_prints_metrics_and_writes_detections(run_dir, tmp_pat
     results_json = tmp_path / "detections.json"
     result = run_tool("--model_dir=%s" % model_dir, "--val_file_pattern=%s" % data.val_tfrecord,
                       "--val_json_file=%s" % data.val_json, "--nms_max_output_size=7",
-                      "--results_json=%s" % results_json, "--batch_size=4", "--write_images=5")
+                      "--results_json=%s" % results_json, "--batch_size=4", "--write_images=5",
+                      "--confusion_score_thresh=0.2")
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
     header = [l for l in lines if "ckpt-2" in l and "6 images" in l]
@@ -76,6 +78,24 @@ def test_single_evaluation_prints_metrics_and_writes_detections(run_dir, tmp_pat
                  for value in event.summary.value]
     assert summaries == [(2, "eval_images", 5)]
     assert np.asarray(Image.open(images_dir / "2.png")).shape == (14 + 128, 2 * 128 + 4, 3)
+    # The confusion matrix, named after the checkpoint: each box once in its class's row,
+    # each detection scoring >= 0.2 once in its class's column (the data has no crowds).
+    matrix_dir = model_dir / "confusion_matrix"
+    assert ("written to %s and %s" % (matrix_dir / "ckpt-2.csv", matrix_dir / "ckpt-2.png")
+            in result.stdout)
+    assert "true \\ predicted" in result.stdout  # 4 classes: printed too.
+    Image.open(matrix_dir / "ckpt-2.png").verify()
+    with open(matrix_dir / "ckpt-2.csv", newline="") as f:
+        header, *rows = list(csv.reader(f))
+    names = [data.label_map[k] for k in sorted(data.label_map)]
+    assert header[1:] == names + ["background"] and [r[0] for r in rows] == header[1:]
+    counts = np.array([[int(n) for n in row[1:]] for row in rows])
+    truth = json.load(open(data.val_json))["annotations"]
+    assert counts[:-1].sum(axis=1).tolist() == [
+        sum(a["category_id"] == k for a in truth) for k in sorted(data.label_map)]
+    assert counts[:, :-1].sum(axis=0).tolist() == [
+        sum(d["category_id"] == k and d["score"] >= 0.2 for d in detections)
+        for k in sorted(data.label_map)]
 
 
 def test_continuous_mode_evaluates_each_checkpoint_once_and_archives(run_dir):
@@ -90,6 +110,9 @@ def test_continuous_mode_evaluates_each_checkpoint_once_and_archives(run_dir):
         assert (images_dir / "2.png").exists()
     assert [n for n in os.listdir(model_dir / "eval_images" / "ckpt-1")
             if n.endswith(".png")] == ["2.png"]
+    for checkpoint in ("ckpt-1", "ckpt-2"):  # A confusion matrix per checkpoint.
+        matrix = model_dir / "confusion_matrix" / checkpoint
+        assert "written to %s.csv and %s.png" % (matrix, matrix) in result.stdout
     metrics = json.load(open(model_dir / "eval" / "metrics.json"))
     assert sorted(metrics) == ["ckpt-1", "ckpt-2"] and metrics["ckpt-2"]["epoch"] == 2
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(model_dir / "eval"))
@@ -116,6 +139,10 @@ def test_bad_flags_are_one_line_errors(tmp_path):
     assert result.returncode != 0 and result.stderr.strip().splitlines()[-1] == (
         "efficientdet-eval: --write_images needs --images_dir (or --model_dir, for "
         "<model_dir>/eval_images)")
+    result = run_tool("--ckpt=%s" % tmp_path, "--val_file_pattern=x",
+                      "--confusion_iou_thresh=0")
+    assert result.returncode != 0 and result.stderr.strip().splitlines()[-1] == (
+        "efficientdet-eval: --confusion_iou_thresh must be in (0, 1]")
 
 
 @pytest.mark.quick

@@ -194,6 +194,7 @@ def test_the_run_files_are_uploaded(tracked_run, client, tmp_path):
     paths = set(artifact_paths(client, run_id))
     assert {"results.csv", "coco_metrics.json", "config.yaml", "plots/losses.png",
             "plots/ap.png", "pr_curves/epoch-1.png", "pr_curves/epoch-2.png",
+            "confusion_matrix/epoch-2.csv", "confusion_matrix/epoch-2.png",
             "checkpoint/best.index", "checkpoint/best.data-00000-of-00001"} <= paths
     # The final results.csv, not an earlier epoch's.
     local = client.download_artifacts(run_id, "results.csv", str(tmp_path))

@@ -1,7 +1,10 @@
-"""Run reports: results.csv and its plots, precision-recall curves, the per-class
-AP table at each evaluation, and the best/last checkpoints of a run directory."""
+"""Run reports: results.csv and its plots, precision-recall curves, the confusion matrix
+and the per-class AP table at each evaluation, and the best/last checkpoints of a run
+directory."""
 
 import copy
+import csv
+import json
 import logging
 import os
 import sys
@@ -182,7 +185,7 @@ def fitted_run(tmp_path_factory):
         history = model.fit(train(), epochs=EPOCHS, steps_per_epoch=1, verbose=0,
                             callbacks=get_callbacks(config, model_dir, val, display_images=0))
     return types.SimpleNamespace(model=model, config=config, model_dir=model_dir,
-                                 history=history.history, messages=messages)
+                                 history=history.history, messages=messages, data=data)
 
 
 def test_fit_writes_results_csv_from_its_logs(fitted_run):
@@ -213,6 +216,31 @@ def test_fit_logs_the_per_class_table_and_draws_pr_curves_at_each_evaluation(fit
     assert sorted(os.listdir(os.path.join(model_dir, "pr_curves"))) == [
         "epoch-1.png", "epoch-2.png"]
     read_png(os.path.join(model_dir, "pr_curves", "epoch-2.png"))
+
+
+def test_fit_writes_a_confusion_matrix_at_each_evaluation(fitted_run):
+    model_dir = fitted_run.model_dir
+    folder = os.path.join(model_dir, "confusion_matrix")
+    assert sorted(os.listdir(folder)) == ["epoch-1.csv", "epoch-1.png", "epoch-2.csv",
+                                          "epoch-2.png"]
+    read_png(os.path.join(folder, "epoch-2.png"))
+    with open(os.path.join(folder, "epoch-2.csv"), newline="") as f:
+        header, *rows = list(csv.reader(f))
+    names = [fitted_run.data.label_map[k] for k in sorted(fitted_run.data.label_map)]
+    assert header == ["true \\ predicted"] + names + ["background"]
+    assert [row[0] for row in rows] == names + ["background"]
+    # Each class's row holds every box of it once: found, confused or missed.
+    with open(fitted_run.data.val_json) as f:
+        annotations = json.load(f)["annotations"]
+    assert annotations
+    categories = {name: k for k, name in fitted_run.data.label_map.items()}
+    for row in rows[:-1]:
+        assert sum(int(n) for n in row[1:]) == sum(
+            1 for a in annotations if a["category_id"] == categories[row[0]]
+            and not a.get("iscrowd")), row
+    assert int(rows[-1][-1]) == 0
+    logged = [m for m in fitted_run.messages if m.startswith("Confusion matrix after epoch")]
+    assert len(logged) == 2 and "false positives" in logged[1], logged
 
 
 def test_fit_leaves_best_and_last_for_the_next_command(fitted_run):

@@ -1,5 +1,8 @@
 """efficientdet-eval: COCO evaluation of a checkpoint, once or continuously.
 
+  # The val split (else test) of a dataset folder in any layout efficientdet-train --data reads:
+  efficientdet-eval --model_dir=runs/pets --data=datasets/pets
+
   # One checkpoint (or the latest in --model_dir), on TFRecords or COCO JSON + images:
   efficientdet-eval --model_dir=runs/d0 --val_file_pattern='data/val-*.tfrecord' \\
       --val_json_file=data/val.json
@@ -22,6 +25,10 @@
   # TensorBoard image summary in runs/d0/eval_images/<checkpoint name>/:
   efficientdet-eval --model_dir=runs/d0 --val_file_pattern=... --write_images=8
 
+Each evaluation also writes its confusion matrix (true class by detected class, with a
+background row and column) as <name>.csv and <name>.png into --confusion_matrix_dir
+(default <model_dir>/confusion_matrix), <name> as for the images.
+
 The config comes from <model_dir>/config.yaml when the trainer wrote one, else
 from --model_name, else from the released model --ckpt names; --hparams overrides
 any of them. EMA weights are used when the
@@ -36,6 +43,9 @@ from absl import flags
 from efficientdet_keras.cli.common import (EVAL_TIMEOUT_HELP, HPARAMS_HELP,
                                            load_run_config, print_evaluation, run_app,
                                            run_or_exit, watch_and_report)
+from efficientdet_keras.reports.confusion_matrix import (CONFUSION_MATRIX_DIR, IOU_THRESHOLD,
+                                                        SCORE_THRESHOLD, confusion_matrix,
+                                                        write_confusion_matrix)
 from efficientdet_keras.utils.fileio import remove_stale_temporary_files
 
 TOOL = "efficientdet-eval"
@@ -48,6 +58,10 @@ flags.DEFINE_string("ckpt", "", "A checkpoint: a prefix, a directory (its latest
                     "runs/x/last, or a released model's name such as efficientdet-d0 "
                     "(downloaded once); default: latest in model_dir.")
 flags.DEFINE_string("hparams", "", HPARAMS_HELP)
+flags.DEFINE_string("data", "", "A dataset folder or file in any layout efficientdet-train "
+                    "--data reads (COCO JSON, Roboflow, YOLO data.yaml, VOC, TFRecords with a "
+                    "label map); evaluates its --data_split, with its ground truth.")
+flags.DEFINE_string("data_split", "", "--data: the split to evaluate (default: val, else test).")
 flags.DEFINE_string("val_file_pattern", "", "TFRecord pattern(s) of the evaluation images.")
 flags.DEFINE_string("val_json_file", "", "COCO ground-truth JSON. With --image_dir and no "
                     "--val_file_pattern it is also the image list. Without it, ground truth comes "
@@ -98,12 +112,26 @@ flags.DEFINE_string("images_dir", "", "--write_images: the folder for them (defa
                     "<model_dir>/eval_images; required without --model_dir).")
 flags.DEFINE_float("image_score_threshold", 0.3, "--write_images: the lowest score of a drawn "
                    "detection.")
+flags.DEFINE_string("confusion_matrix_dir", None, "Where each evaluation's confusion matrix "
+                    "goes, as <checkpoint, .tflite or .onnx name>.csv and .png (default: "
+                    "<model_dir>/%s, none without --model_dir; '' for none)."
+                    % CONFUSION_MATRIX_DIR)
+flags.DEFINE_float("confusion_score_thresh", SCORE_THRESHOLD, "The confusion matrix: the "
+                   "lowest score of a counted detection.")
+flags.DEFINE_float("confusion_iou_thresh", IOU_THRESHOLD, "The confusion matrix: the lowest "
+                   "IoU at which a detection and a ground-truth box match, whatever their "
+                   "classes.")
 
 def check_flags():
     """The first problem with the flags, or None. Runs before TensorFlow does any work."""
-    if not (FLAGS.val_file_pattern or (FLAGS.val_json_file and FLAGS.image_dir)):
-        return "give --val_file_pattern, or --val_json_file with --image_dir"
-    for name in ("val_json_file", "image_dir", "model_dir"):
+    if FLAGS.data:
+        given = ["--" + n for n in ("val_file_pattern", "val_json_file", "image_dir")
+                 if FLAGS[n].value]
+        if given:
+            return "--data names the whole dataset; drop %s" % ", ".join(given)
+    elif not (FLAGS.val_file_pattern or (FLAGS.val_json_file and FLAGS.image_dir)):
+        return "give --data, --val_file_pattern, or --val_json_file with --image_dir"
+    for name in ("data", "val_json_file", "image_dir", "model_dir"):
         value = FLAGS[name].value
         if value and not os.path.exists(value):
             return "--%s %s does not exist" % (name, value)
@@ -127,6 +155,10 @@ def check_flags():
         return "--write_images must be >= 0 (0: no images)"
     if FLAGS.write_images and not (FLAGS.images_dir or FLAGS.model_dir):
         return "--write_images needs --images_dir (or --model_dir, for <model_dir>/eval_images)"
+    if not 0.0 <= FLAGS.confusion_score_thresh <= 1.0:
+        return "--confusion_score_thresh must be in [0, 1]"
+    if not 0.0 < FLAGS.confusion_iou_thresh <= 1.0:
+        return "--confusion_iou_thresh must be in (0, 1]"
     return None
 
 
@@ -172,23 +204,58 @@ def build_file_evaluation():
                                   config_overrides=FLAGS.hparams)
         evaluation_class = tflite_evaluation.TFLiteEvaluation
     apply_evaluation_flags(detector.config)  # check_flags refused --nms_* for graph files.
-    return evaluation_class(detector, eval_source(), FLAGS.val_json_file or None,
+    source, ground_truth = eval_data(detector.config)
+    return evaluation_class(detector, source, ground_truth,
                             batch_size=FLAGS.batch_size, max_images=FLAGS.eval_samples or None,
                             backend=FLAGS.backend, progress=FLAGS.progress,
                             on_detections=evaluation_images(detector.config))
 
 
-def eval_source():
+def eval_data(config):
+    """The evaluation source and its COCO ground-truth JSON (None: from the records).
+
+    With --data, the split's ground truth (the model's class ids) is written to a temporary
+    file, and the data's classes are checked against the model's: one warning line per
+    disagreement, an error when the data has ids the model does not predict.
+    """
     from efficientdet_keras.data.sources import make_source
-    return make_source(FLAGS.val_file_pattern,
-                       None if FLAGS.val_file_pattern else FLAGS.val_json_file, FLAGS.image_dir)
+    if not FLAGS.data:
+        return (make_source(FLAGS.val_file_pattern,
+                            None if FLAGS.val_file_pattern else FLAGS.val_json_file,
+                            FLAGS.image_dir), FLAGS.val_json_file or None)
+    import atexit
+    import shutil
+    import tempfile
+
+    from absl import logging
+
+    from efficientdet_keras.data.datasets import open_dataset
+    from efficientdet_keras.data.formats.classes import classes_into_config
+    from efficientdet_keras.utils.fileio import write_json_atomically
+    dataset = open_dataset(FLAGS.data)
+    split = FLAGS.data_split or dataset.validation_split()
+    if split is None:
+        raise ValueError("%s has no val or test split; name one with --data_split" % FLAGS.data)
+    source = dataset.source(split)
+    print(dataset.describe([split]))
+    # The model's classes are fixed: the data's are compared with them, never put in.
+    for warning in classes_into_config(config.copy(), dataset.classes,
+                                       {"num_classes", "label_map"}):
+        logging.warning("%s: %s", FLAGS.data, warning)
+    ground_truth = dataset.ground_truth(split)
+    if ground_truth is None:
+        return source, None
+    folder = tempfile.mkdtemp(prefix="efficientdet-eval-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return source, write_json_atomically(os.path.join(folder, split + "_ground_truth.json"),
+                                         ground_truth, indent=None)
 
 
 def build_evaluation(config):
     from efficientdet_keras.evaluation.continuous import CheckpointEvaluation
 
-    source = eval_source()
-    return CheckpointEvaluation(config, source, FLAGS.val_json_file or None,
+    source, ground_truth = eval_data(config)
+    return CheckpointEvaluation(config, source, ground_truth,
                                 batch_size=FLAGS.batch_size, max_images=FLAGS.eval_samples or None,
                                 backend=FLAGS.backend, use_ema=FLAGS.use_ema,
                                 progress=FLAGS.progress, on_detections=evaluation_images(config))
@@ -202,16 +269,22 @@ def evaluation_images(config):
     return EvaluationImages(config, FLAGS.write_images, FLAGS.image_score_threshold)
 
 
-def write_evaluation_images(images, evaluated_path: str) -> None:
-    """Writes the pictures of one evaluation into <images_dir>/<name of evaluated_path>/ (the
-    checkpoint prefix's last part, or the .tflite or .onnx file's name without its suffix), with a
-    TensorBoard summary at the checkpoint's epoch (0 when its name has none)."""
-    from efficientdet_keras.evaluation.continuous import checkpoint_epoch
-    from efficientdet_keras.reports.eval_images import IMAGES_DIR
+def evaluated_name(evaluated_path: str) -> str:
+    """The checkpoint prefix's last part, or the .tflite, .onnx or .xml file's name without
+    its suffix: what an evaluation's pictures and confusion matrix are named after."""
     name = os.path.basename(evaluated_path)
     for suffix in (".tflite", ".onnx", ".xml"):
         if name.endswith(suffix):
             name = name[:-len(suffix)]
+    return name
+
+
+def write_evaluation_images(images, evaluated_path: str) -> None:
+    """Writes the pictures of one evaluation into <images_dir>/<evaluated_name>/, with a
+    TensorBoard summary at the checkpoint's epoch (0 when its name has none)."""
+    from efficientdet_keras.evaluation.continuous import checkpoint_epoch
+    from efficientdet_keras.reports.eval_images import IMAGES_DIR
+    name = evaluated_name(evaluated_path)
     directory = os.path.join(FLAGS.images_dir or os.path.join(FLAGS.model_dir, IMAGES_DIR), name)
     paths = images.write(directory, summary_dir=directory,
                          step=checkpoint_epoch(evaluated_path) or 0)
@@ -219,11 +292,42 @@ def write_evaluation_images(images, evaluated_path: str) -> None:
     print("%d evaluation image%s written to %s" % (len(paths), "s"[:len(paths) != 1], directory))
 
 
+def confusion_matrix_dir():
+    """--confusion_matrix_dir, else <model_dir>/confusion_matrix; None for no matrix."""
+    if FLAGS.confusion_matrix_dir is not None:
+        return FLAGS.confusion_matrix_dir or None
+    return os.path.join(FLAGS.model_dir, CONFUSION_MATRIX_DIR) if FLAGS.model_dir else None
+
+
+# A matrix of at most this many classes is also printed.
+PRINTED_CLASSES = 12
+
+
+def write_evaluation_confusion_matrix(evaluator, evaluated_path: str) -> None:
+    """Writes one evaluation's confusion matrix as <evaluated_name>.csv and .png into
+    confusion_matrix_dir() and prints where; a small one is printed as well."""
+    directory = confusion_matrix_dir()
+    if directory is None:
+        return
+    matrix = confusion_matrix(evaluator.groundtruth_dataset(), evaluator.detection_results(),
+                              FLAGS.confusion_score_thresh, FLAGS.confusion_iou_thresh)
+    name = evaluated_name(evaluated_path)
+    paths = [p for p in write_confusion_matrix(matrix, directory, name, name) if p]
+    summary = ", ".join("%d %s" % (n, key.replace("_", " "))
+                        for key, n in matrix.summary().items())
+    print("Confusion matrix (score >= %.2f, IoU >= %.2f; %s) written to %s"
+          % (matrix.score_threshold, matrix.iou_threshold, summary, " and ".join(paths)))
+    if len(matrix.category_ids) <= PRINTED_CLASSES:
+        print(matrix.to_text())
+
+
 def report_evaluation(evaluation, path, metrics, timing) -> None:
-    """Prints one evaluation's metrics and writes its --write_images pictures."""
+    """Prints one evaluation's metrics and writes its --write_images pictures and its
+    confusion matrix."""
     print_evaluation(path, metrics, timing)
     if evaluation.on_detections is not None:
         write_evaluation_images(evaluation.on_detections, path)
+    write_evaluation_confusion_matrix(evaluation.evaluator, path)
 
 
 def evaluate_once(evaluation):

@@ -140,8 +140,9 @@ def open_dataset(path: str) -> Dataset:
     """The dataset at `path` (a folder or a file), its layout found as the module doc says.
 
     Raises:
-      FileNotFoundError naming the path; ValueError naming it and the layouts looked for
-      when it holds none of them, or naming the file and key of a malformed one.
+      FileNotFoundError: the path does not exist (named).
+      ValueError: it holds none of the layouts (named with the layouts looked for), or a
+        malformed one (named with the file and key).
     """
     if not os.path.exists(path):
         raise FileNotFoundError("dataset %s does not exist" % path)

@@ -11,9 +11,9 @@ get_callbacks adds the tracker on the chief of a multi-worker run only. What the
   metrics     each epoch's numeric, finite Keras logs (losses, learning_rate, val_AP, ...,
               val_AP_/<class>), at step = the epoch, 1-based as in results.csv
   artifacts   results.csv, coco_metrics.json and plots/ at every epoch end; at the end of
-              training also config.yaml, pr_curves/ and the best checkpoint as
-              checkpoint/best.* (else the last, checkpoint/last.*); an export of the run
-              (log_export) under export/<name>/
+              training also config.yaml, pr_curves/, confusion_matrix/ and the best
+              checkpoint as checkpoint/best.* (else the last, checkpoint/last.*); an
+              export of the run (log_export) under export/<name>/
 model_dir/mlflow_run.json (RUN_RECORD) keeps the tracking URI and the run id: a resumed run
 continues that run, and efficientdet-export finds it there.
 
@@ -41,6 +41,7 @@ from absl import logging
 
 from efficientdet_keras.checkpoint.archive import CHECKPOINT_SUFFIXES
 from efficientdet_keras.config.rules import flatten, format_value
+from efficientdet_keras.reports.confusion_matrix import CONFUSION_MATRIX_DIR
 from efficientdet_keras.reports.pr_curves import PR_CURVES_DIR
 from efficientdet_keras.reports.results_csv import PLOTS_DIR, RESULTS_CSV
 from efficientdet_keras.utils.fileio import write_json_atomically
@@ -358,7 +359,8 @@ class MLflowTracker(keras.callbacks.Callback):
     def _upload_run_files(self) -> None:
         self._upload_reports()
         self._upload(os.path.join(self.model_dir, CONFIG_FILE))
-        self._upload(os.path.join(self.model_dir, PR_CURVES_DIR), PR_CURVES_DIR)
+        for folder in (PR_CURVES_DIR, CONFUSION_MATRIX_DIR):
+            self._upload(os.path.join(self.model_dir, folder), folder)
         for path in checkpoint_files(self.model_dir):
             self._upload(path, CHECKPOINT_ARTIFACTS)
 

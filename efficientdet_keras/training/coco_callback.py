@@ -7,9 +7,11 @@ val_ema_cls_loss, ...): the validation loss of the EMA weights from the same for
 pass (Keras' own val_loss uses the raw weights). All evaluations go to
 model_dir/coco_metrics.json, which a resumed run extends; each one also logs the
 metrics table with per-class AP, draws the classes' precision-recall curves into
-model_dir/pr_curves/epoch-<N>.png and, when asked, draws ground truth beside the
-EMA weights' detections for the first few validation images (reports.eval_images)
-into model_dir/eval_images/epoch-<N>/*.png and TensorBoard.
+model_dir/pr_curves/epoch-<N>.png, writes which classes were detected as which
+(reports.confusion_matrix, score >= 0.3, IoU >= 0.5) into
+model_dir/confusion_matrix/epoch-<N>.csv and .png, and, when asked, draws ground
+truth beside the EMA weights' detections for the first few validation images
+(reports.eval_images) into model_dir/eval_images/epoch-<N>/*.png and TensorBoard.
 """
 
 import json
@@ -24,6 +26,8 @@ from efficientdet_keras.config.label_maps import label_names
 from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
 from efficientdet_keras.evaluation.runner import evaluate_dataset, format_metrics, make_detect_fns
 from efficientdet_keras.utils.fileio import write_json_atomically
+from efficientdet_keras.reports.confusion_matrix import (CONFUSION_MATRIX_DIR, confusion_matrix,
+                                                        write_confusion_matrix)
 from efficientdet_keras.reports.eval_images import IMAGES_DIR, EvaluationImages
 from efficientdet_keras.reports.pr_curves import (PR_CURVES_DIR, plot_precision_recall,
                                                   precision_recall_curves)
@@ -158,10 +162,24 @@ class COCOCallback(keras.callbacks.Callback):
 
     def _report(self, epoch: int, metrics: Dict[str, float]) -> None:
         """Logs the metrics table (per-class AP too) and, with a model_dir, draws the
-        precision-recall curve of each class at IoU 0.5 into pr_curves/epoch-<epoch>.png."""
+        precision-recall curve of each class at IoU 0.5 into pr_curves/epoch-<epoch>.png
+        and writes the confusion matrix into confusion_matrix/epoch-<epoch>.csv and .png."""
         logging.info("COCO metrics after epoch %d (EMA weights):\n%s", epoch,
                      format_metrics(metrics))
-        if self.model_dir and self.evaluator.last_precision is not None:
+        if not self.model_dir:
+            return
+        if self.evaluator.last_precision is not None:
             plot_precision_recall(precision_recall_curves(self.evaluator.last_precision),
                                   os.path.join(self.model_dir, PR_CURVES_DIR,
                                                "epoch-%d.png" % epoch), "epoch %d" % epoch)
+        # Counts grow with the number of images and hold at one score threshold, so they
+        # stay in their own files rather than in logs (results.csv, monitors).
+        matrix = confusion_matrix(self.evaluator.groundtruth_dataset(),
+                                  self.evaluator.detection_results())
+        csv_path, _ = write_confusion_matrix(
+            matrix, os.path.join(self.model_dir, CONFUSION_MATRIX_DIR), "epoch-%d" % epoch,
+            "epoch %d" % epoch)
+        logging.info("Confusion matrix after epoch %d (score >= %.2f, IoU >= %.2f) in %s: %s",
+                     epoch, matrix.score_threshold, matrix.iou_threshold, csv_path,
+                     ", ".join("%d %s" % (n, key.replace("_", " "))
+                               for key, n in matrix.summary().items()))

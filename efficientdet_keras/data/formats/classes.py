@@ -133,8 +133,8 @@ def classes_into_config(config, classes: DataClasses, set_keys: Iterable[str] = 
       differ, or a head with more classes than the data has.
 
     Raises:
-      ValueError when the data has class ids beyond a num_classes the user set (their boxes
-      would be dropped from every image).
+      ValueError: the data has class ids beyond a num_classes the user set (their boxes
+        would be dropped from every image).
     """
     set_keys = set(set_keys)
     warnings = []
