@@ -50,10 +50,17 @@ def test_train_on_a_roboflow_export_takes_classes_and_names_from_the_data(tmp_pa
     assert len(truth["images"]) == 4 and len(truth["annotations"]) == 4
     matrix = (model_dir / "confusion_matrix" / "epoch-1.csv").read_text().splitlines()
     assert matrix[0].split(",")[1:] == ["widget", "gadget", "background"]
-    # The exports' label files come from the run's config: the data's names, in id order.
+    # The .tflite label file comes from the run's config: the data's names, in id order.
     from efficientdet_keras.config import Config
     from efficientdet_keras.export.tflite_metadata import label_lines
     assert label_lines(Config.from_yaml(str(model_dir / "config.yaml"))) == ["widget", "gadget"]
+    # The SavedModel carries the names and, beside them, the mapping back to the data's ids.
+    export_dir = tmp_path / "exported"
+    export = run_tool("export.py", "--model_dir=%s" % model_dir, "--export_dir=%s" % export_dir)
+    assert export.returncode == 0, export.stderr[-3000:]
+    assert json.loads((export_dir / "label_map.json").read_text()) == {"1": "widget",
+                                                                       "2": "gadget"}
+    assert json.loads((export_dir / "classes.json").read_text()) == classes
 
     # efficientdet-eval reads the same folder: its val split, scored with the data's names.
     evaluation = run_tool("eval.py", "--model_dir=%s" % model_dir, "--data=" + data,
@@ -63,6 +70,29 @@ def test_train_on_a_roboflow_export_takes_classes_and_names_from_the_data(tmp_pa
     rows = [line.split()[0] for line in evaluation.stdout.splitlines() if line.startswith("  ")]
     assert "widget" in rows and "gadget" in rows
     assert (model_dir / "confusion_matrix" / "ckpt-1.csv").exists()
+
+
+@pytest.mark.parametrize("layout,found,data_ids", [
+    ("write_coco_folder", "COCO JSON", [1, 2]),
+    ("write_yolo", "YOLO (Ultralytics data.yaml)", [0, 1]),
+    ("write_voc", "Pascal VOC", ["gadget", "widget"])])  # Names in sorted order.
+def test_one_command_trains_on_each_layout(tmp_path, layout, found, data_ids):
+    data = str(tmp_path / "pets")
+    getattr(dataset_layouts, layout)(data, train=4, val=2)
+    model_dir = tmp_path / "run"
+    result = run_tool("train.py", "--data=" + data, "--model_dir=%s" % model_dir,
+                      "--mode=train", "--hparams=" + SMALL, "--batch_size=2",
+                      "--num_epochs=1", "--tf_random_seed=1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    first = result.stdout.splitlines()[0]  # YOLO names its data.yaml.
+    assert first.startswith("Data: %s" % data) and first.endswith(", " + found)
+    assert (model_dir / "ckpt-1.index").exists()
+    config = yaml.safe_load((model_dir / "config.yaml").read_text())
+    assert config["num_classes"] == 2
+    assert sorted(config["label_map"].values()) == ["gadget", "widget"]
+    classes = json.loads((model_dir / "classes.json").read_text())["classes"]
+    assert [c["id"] for c in classes] == [1, 2]
+    assert [c["data_id"] for c in classes] == data_ids
 
 
 @pytest.mark.quick

@@ -18,7 +18,8 @@ The config comes from <model_dir>/config.yaml when present, else --model_name, e
 the released model --ckpt names; --hparams overrides any of them (e.g.
 nms_configs.score_thresh=0.3). EMA weights are exported when the checkpoint has them.
 When --model_dir was trained with mlflow_tracking_uri, the export is logged to that MLflow
-run too, under export/<export_dir's name>.
+run too, under export/<export_dir's name>. The run's classes.json (model id, name and the
+data's own id of each class, written by --data training) is copied into export_dir.
 """
 
 import os
@@ -195,8 +196,18 @@ def report_parity(path, results):
                          "checks)" % (path, ", ".join(r.name for r in failures)))
 
 
+def copy_class_mapping() -> None:
+    """The run's classes.json (each model id with the data's own id and name) goes with the
+    export, so whoever serves it can map detections back to the dataset's ids."""
+    import shutil
+    mapping = os.path.join(FLAGS.model_dir, "classes.json")
+    if FLAGS.model_dir and os.path.exists(mapping) and os.path.isdir(FLAGS.export_dir):
+        shutil.copyfile(mapping, os.path.join(FLAGS.export_dir, "classes.json"))
+
+
 def export_and_log():
     export()
+    copy_class_mapping()
     if FLAGS.model_dir:  # The run's MLflow run, when it was tracked.
         from efficientdet_keras.reports.mlflow_tracker import log_export
         log_export(FLAGS.model_dir, FLAGS.export_dir)
