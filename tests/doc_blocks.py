@@ -17,7 +17,7 @@ _HEADING = re.compile(r"^## (.+)$", re.M)
 # A YAML block whose first line is "# <path>" is a file the reader is asked to write.
 _FILE_COMMENT = re.compile(r"^# (\S+\.ya?ml)\s*$")
 # Pages the docs hooks write from the code (docs/hooks/generated_pages.py).
-GENERATED_PAGES = ("reference/config.md", "reference/cli.md")
+GENERATED_PAGES = ("reference/config.md", "reference/cli.md", "reference/api.md")
 
 
 @dataclasses.dataclass

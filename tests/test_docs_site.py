@@ -102,21 +102,37 @@ def test_allowed_words_pass():
     assert not process_word_findings("tests/test_x.py", 'key = "0123456789abcdef"\n')
 
 
-def _api_page():
-    with open(os.path.join(REPO_ROOT, "docs", "reference", "api.md")) as f:
-        return f.read()
+def _api_pages():
+    """The page the site renders with mkdocstrings, and the committed one GitHub shows."""
+    pages = []
+    for path in (("hooks", "api_page.md"), ("reference", "api.md")):
+        with open(os.path.join(REPO_ROOT, "docs", *path)) as f:
+            pages.append(f.read())
+    return pages
 
 
 def test_api_page_documents_every_public_name():
     import efficientdet_keras
-    page = _api_page()
+    written, committed = _api_pages()
     for name in efficientdet_keras.__all__:
         value = getattr(efficientdet_keras, name)
         if callable(value):
-            assert "::: %s.%s\n" % (value.__module__, name) in page, name
+            dotted = "%s.%s" % (value.__module__, name)
+            assert "::: %s\n" % dotted in written, name
+            assert "### %s\n" % name in committed and "`%s`" % dotted in committed, name
             assert (value.__doc__ or "").strip(), "%s has no docstring" % name
         else:
-            assert "efficientdet_keras.%s" % name in page, name
+            assert "efficientdet_keras.%s" % name in written, name
+    assert ":::" not in committed  # Nothing GitHub would show raw.
+
+
+def test_api_page_entries_link_to_their_source_files():
+    import re
+    _, committed = _api_pages()
+    links = re.findall(r"\[Source\]\(\.\./\.\./([^)]+)\)", committed)
+    assert len(links) >= 20
+    for link in links:
+        assert os.path.isfile(os.path.join(REPO_ROOT, link)), link
 
 
 def test_site_builds_in_strict_mode(tmp_path):
@@ -146,10 +162,10 @@ def load_hooks_module(name: str):
     return module
 
 
-@pytest.mark.parametrize("hook_name", ["config_reference", "cli_reference"])
+@pytest.mark.parametrize("hook_name", ["config_reference", "cli_reference", "api_reference"])
 def test_the_committed_reference_pages_are_the_code_s(hook_name):
-    """The config and CLI references are committed, so they read on the repository's web
-    page; each must hold what its hook renders from the code now."""
+    """The config, CLI and API references are committed, so they read on the repository's
+    web page; each must hold what its hook renders from the code now."""
     hook = load_hooks_module(hook_name)
     with open(os.path.join(REPO_ROOT, "docs", hook.PAGE), encoding="utf-8") as f:
         committed = f.read()

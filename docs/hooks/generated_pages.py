@@ -32,10 +32,11 @@ def warn_if_stale(page: str, content: str) -> None:
         logging.getLogger("mkdocs.hooks").warning(STALE_MESSAGE, page)
 
 
-def serve_page(files, config, page: str, content: str):
-    """Gives MkDocs `content` as `page` (in place of the committed file, which may be stale)."""
+def serve_page(files, config, page: str, content: str, committed: str = None):
+    """Gives MkDocs `content` as `page` in place of the committed file, which may be stale
+    (the committed file should hold `committed`, by default `content` itself)."""
     from mkdocs.structure.files import File
-    warn_if_stale(page, content)
+    warn_if_stale(page, content if committed is None else committed)
     existing = files.get_file_from_path(page)
     if existing is not None:
         files.remove(existing)
@@ -47,9 +48,10 @@ def write_pages() -> None:
     """Writes every generated page that changed."""
     if HOOKS_DIR not in sys.path:
         sys.path.insert(0, HOOKS_DIR)
+    import api_reference
     import cli_reference
     import config_reference
-    for hook in (config_reference, cli_reference):
+    for hook in (config_reference, cli_reference, api_reference):
         content = hook.render()
         if not is_current(hook.PAGE, content):
             with open(committed_path(hook.PAGE), "w", encoding="utf-8") as f:
