@@ -228,6 +228,13 @@ def worked_example_runs_as_written(sandbox):
     assert not missing, "files the guide promises but the run lacks: %s" % missing
     with open(os.path.join(run_dir, "coco_metrics.json")) as f:
         assert sorted(json.load(f), key=int) == ["1", "2", "3"]
+    exported = os.path.join(sandbox, "exported", "mydata")
+    assert os.path.isfile(os.path.join(exported, "saved_model.pb"))
+    with open(os.path.join(exported, "label_map.json")) as f:
+        assert json.load(f) == {"1": "circle", "2": "square", "3": "triangle", "4": "cross"}
+    with open(os.path.join(exported, "classes.json")) as f:
+        assert [c["name"] for c in json.load(f)["classes"]] == [
+            "circle", "square", "triangle", "cross"]
 
 
 @pytest.mark.quick
