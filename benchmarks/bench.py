@@ -42,6 +42,9 @@ Benchmarks:
   callbacks    the milliseconds per step the run's callbacks (get_callbacks, no validation)
                add to fit, at --image_size and --batch_size: the same model fitted in
                --repeats alternating rounds without and with them.
+  models       each of --models at its own input size: parameters, float32 weight size and
+               the network's batch-1 latency (benchmarks/models.py), recorded in
+               --results_file for the docs' "Choose a model" table.
 
 A user's own model is measured by `efficientdet-bench --model=PATH` (Detector.benchmark).
 """
@@ -59,7 +62,8 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 from absl import flags  # noqa: E402
 
-from benchmarks import speed  # noqa: E402
+from benchmarks import models, speed  # noqa: E402
+from benchmarks.results import RESULTS_PATH  # noqa: E402
 from benchmarks.common import (DATA_DIR, TFLITE_THREADS, demo_validation_data,  # noqa: E402
                                keras_metrics, median_seconds, one_cached_batch,
                                scratch_dir, step_end_recorder, step_seconds,
@@ -72,8 +76,13 @@ FLAGS = flags.FLAGS
 flags.DEFINE_enum("what", "postprocess",
                   ["postprocess", "pipeline", "eval", "train", "serve", "export", "kills",
                    "tflite",
-                   "short_runs", "augment", "speed", "resize", "callbacks"],
+                   "short_runs", "augment", "speed", "resize", "callbacks", "models"],
                   "Which benchmark to run.")
+flags.DEFINE_list("models", ["efficientdet-d%s" % d for d in "01234567"] + [
+    "efficientdet-d7x"] + ["efficientdet-lite%s" % d for d in ("0", "1", "2", "3", "3x", "4")],
+    "models: the models to measure.")
+flags.DEFINE_string("results_file", RESULTS_PATH,
+                    "models: the results file the figures are recorded in.")
 flags.DEFINE_integer("eval_images", 500, "eval: how many synthetic images to evaluate.")
 flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDet family.")
 flags.DEFINE_string("hparams", "", HPARAMS_HELP)
@@ -621,6 +630,12 @@ def bench_speed(config) -> None:
     speed.bench_speed(speed_settings())
 
 
+def bench_models(config) -> None:
+    """The "Choose a model" figures (benchmarks/models.py); each model builds its own config."""
+    del config
+    models.bench_models(FLAGS.models, FLAGS.repeats, FLAGS.results_file)
+
+
 def main(argv):
     del argv
     from efficientdet_keras import get_efficientdet_config
@@ -639,7 +654,7 @@ def main(argv):
      "train": bench_train, "serve": bench_serve, "export": bench_export, "kills": bench_kills,
      "tflite": bench_tflite, "short_runs": bench_short_runs,
      "augment": bench_augment, "speed": bench_speed, "resize": bench_resize,
-     "callbacks": bench_callbacks}[FLAGS.what](config)
+     "callbacks": bench_callbacks, "models": bench_models}[FLAGS.what](config)
 
 
 def run():
