@@ -1,8 +1,8 @@
 """`bench.py --what=models`: what each released detector costs on this CPU, for choosing one.
 
-For each model at its own input size: the parameters counted in the built network, the size of
-its float32 weights (every variable, BatchNorm statistics too: what a checkpoint or a float32
-export holds), and the network's batch-1 latency (a `tf.function` of the Keras model in
+For each model at its own input size: the trainable parameters of the built network (what
+papers count), the size of its float32 weights (every variable, BatchNorm statistics too: what
+a checkpoint or a float32 export holds), and the network's batch-1 latency (a `tf.function` of the Keras model in
 inference mode, float32, the median of --repeats runs after one warm-up). None of these
 depends on the weights, so untrained networks are measured; COCO AP is the published one.
 """
@@ -37,7 +37,8 @@ def measure_model(model_name: str, repeats: int) -> dict:
 
     seconds = median_seconds(run, repeats, warmup=1)
     row = {"model": model_name, "image_size": "%dx%d" % (height, width),
-           "params_m": round(model.count_params() / 1e6, 2),
+           "params_m": round(sum(v.shape.num_elements() for v in model.trainable_variables)
+                             / 1e6, 2),
            "float32_mb": round(sum(v.shape.num_elements() for v in model.variables) * 4 / 1e6,
                                1),
            "latency_ms": round(seconds * 1000, 1)}
