@@ -65,3 +65,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py --what=tflite --model_dir=runs/demo
 	$(BIN)/python benchmarks/bench.py --what=short_runs
 	$(BIN)/python benchmarks/bench.py --what=speed --model_dir=runs/demo
+	$(BIN)/python benchmarks/bench.py --what=models --repeats=5

@@ -21,9 +21,10 @@ PROCESS_WORDS = re.compile(r"\bissues?\s*#?\d+|\(issue\b|#\d{2,}\b|\bsessions?\b
                            r"|\b(?:was|were) lent\b|\blent (?:machines?|GPUs?|TPUs?)\b",
                            re.IGNORECASE)
 # An abbreviated or full git commit: hex with letters and digits. Only the benchmarks page may
-# name commits, in the header of each table.
+# name commits, in the header of each table, and the tables written from the results file.
 COMMIT_HASH = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b")
 BENCHMARKS_PAGE = os.path.join("docs", "benchmarks.md")
+RESULTS_TABLE_START, RESULTS_TABLE_END = "<!-- results: ", "<!-- end results -->"
 # pytest's own word for a fixture scope is not about the work.
 ALLOWED = ('scope="session"', '"session"')
 # This file names the words it looks for.
@@ -60,10 +61,15 @@ def process_word_findings(path, text):
         pieces = [(1, text, path.endswith(".md") and path != BENCHMARKS_PAGE)]
     findings = []
     for first_line, piece, check_hashes in pieces:
+        in_results_table = False
         for offset, line in enumerate(piece.splitlines()):
             if any(allowed in line for allowed in ALLOWED):
                 continue
-            patterns = [PROCESS_WORDS] + ([COMMIT_HASH] if check_hashes else [])
+            # A table written from benchmarks/results.json names the commit it measured.
+            in_results_table = (line.startswith(RESULTS_TABLE_START) or in_results_table) \
+                and not line.startswith(RESULTS_TABLE_END)
+            patterns = [PROCESS_WORDS] + (
+                [COMMIT_HASH] if check_hashes and not in_results_table else [])
             for pattern in patterns:
                 for match in pattern.finditer(line):
                     findings.append("%s:%d: %s" % (path, first_line + offset, match.group(0)))
@@ -85,6 +91,8 @@ _ISSUE, _LATER, _COMMIT = "issue " + "16", "a sess" + "ion later", "92f" + "1192
 
 @pytest.mark.parametrize("path, text", [
     ("README.md", "Fixed in %s." % _ISSUE),
+    ("docs/guides/data.md", "<!-- results: t -->\nat %s\n<!-- end results -->\n%s\n"
+     % (_COMMIT, _COMMIT)),
     ("docs/guides/data.md", "Measured %s." % _LATER),
     ("docs/guides/data.md", "on commit %s, 3 runs" % _COMMIT),
     ("tests/test_x.py", '"""Checks the resume (%s)."""\n' % _ISSUE),
@@ -100,6 +108,8 @@ def test_allowed_words_pass():
     assert not process_word_findings("tests/conftest.py", '@pytest.fixture(scope="session")\n')
     assert not process_word_findings(BENCHMARKS_PAGE, "- Commit: `%s`\n" % _COMMIT)
     assert not process_word_findings("tests/test_x.py", 'key = "0123456789abcdef"\n')
+    assert not process_word_findings("docs/guides/x.md", "<!-- results: t -->\nat commit `%s`\n"
+                                     "<!-- end results -->\n" % _COMMIT)
 
 
 def _api_pages():

@@ -45,7 +45,8 @@ def serve_page(files, config, page: str, content: str, committed: str = None):
 
 
 def write_pages() -> None:
-    """Writes every generated page that changed."""
+    """Writes every generated page that changed, and the pages' tables of measured figures
+    (results_tables.py)."""
     if HOOKS_DIR not in sys.path:
         sys.path.insert(0, HOOKS_DIR)
     import api_reference
@@ -57,6 +58,9 @@ def write_pages() -> None:
             with open(committed_path(hook.PAGE), "w", encoding="utf-8") as f:
                 f.write(content)
             print("wrote docs/%s" % hook.PAGE)
+    import results_tables
+    for page in results_tables.write_tables():
+        print("wrote the results tables of %s" % page)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,116 @@
+"""MkDocs hook: the tables of measured figures, written into the pages from
+benchmarks/results.json.
+
+A page marks where a table goes:
+
+    <!-- results: choose_a_model -->
+    ...the table, written by `make docs`...
+    <!-- end results -->
+
+`make docs` (generated_pages.py) rewrites what stands between the two lines from the results
+file, with a line naming the run (date, commit, command, machine) and the source of any
+published figure; the comments do not show on the site or on the repository's web page. The
+build warns (a strict build fails) when a page's table differs from what the file gives.
+"""
+
+import logging
+import os
+import re
+import sys
+from typing import Callable, Dict, List
+
+HOOKS_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(os.path.dirname(HOOKS_DIR))
+if REPO_ROOT not in sys.path:  # The checkout's benchmarks package, which is not installed.
+    sys.path.insert(0, REPO_ROOT)
+from benchmarks.results import load_results  # noqa: E402
+
+REGION = re.compile(r"(<!-- results: (\w+) -->\n)(.*?)(<!-- end results -->)", re.S)
+STALE_MESSAGE = "%s: the table %r differs from benchmarks/results.json: run make docs"
+
+
+def _number(value, digits: int) -> str:
+    return "%.*f" % (digits, value)
+
+
+def measured_by(entry: dict) -> str:
+    return "Measured %s at commit `%s` on %s with `%s`." % (
+        entry["date"], entry["commit"], entry["machine"], entry["command"])
+
+
+def choose_a_model(results: Dict[str, dict]) -> str:
+    """Each released detector: published COCO AP and FLOPs beside the size and CPU latency
+    measured here."""
+    measured = results["released_models_cpu"]
+    published_entry = results["published_coco_ap"]
+    published = {row["model"]: row for row in published_entry["rows"]}
+    lines = ["| model | input | COCO AP test-dev / val | FLOPs (B) | parameters (M) | "
+             "float32 weights (MB) | network, batch 1 (ms) |",
+             "|---|---|---|---|---|---|---|"]
+    for row in measured["rows"]:
+        paper = published.get(row["model"], {})
+        ap = ("%s / %s" % (_number(paper["ap_test_dev"], 1), _number(paper["ap_val"], 1))
+              if paper else "–")
+        flops = "%g" % paper["flops_b"] if paper else "–"
+        lines.append("| `%s` | %s | %s | %s | %s | %s | %s |" % (
+            row["model"], row["image_size"], ap, flops, _number(row["params_m"], 2),
+            _number(row["float32_mb"], 1), _number(row["latency_ms"], 1)))
+    return "\n".join(lines) + "\n\nAP and FLOPs: published, from %s. %s\n" % (
+        published_entry["source"], measured_by(measured))
+
+
+TABLES: Dict[str, Callable[[Dict[str, dict]], str]] = {"choose_a_model": choose_a_model}
+
+
+def render_regions(text: str, results: Dict[str, dict]) -> str:
+    """`text` with every results region rewritten from `results`.
+
+    Raises:
+      ValueError: a region names a table this module does not know.
+    """
+    def replace(match):
+        name = match.group(2)
+        if name not in TABLES:
+            raise ValueError("no results table %r (known: %s)" % (name, ", ".join(TABLES)))
+        return match.group(1) + TABLES[name](results) + match.group(4)
+    return REGION.sub(replace, text)
+
+
+def stale_tables(text: str, results: Dict[str, dict]) -> List[str]:
+    """The names of the regions of `text` whose table is not the results file's."""
+    current = {m.group(2): m.group(3) for m in REGION.finditer(render_regions(text, results))}
+    return [m.group(2) for m in REGION.finditer(text) if current[m.group(2)] != m.group(3)]
+
+
+def page_paths() -> List[str]:
+    """The README and every Markdown page under docs/ (the hooks' own folder aside)."""
+    paths = [os.path.join(REPO_ROOT, "README.md")]
+    docs = os.path.dirname(HOOKS_DIR)
+    for root, dirs, names in os.walk(docs):
+        dirs[:] = sorted(d for d in dirs if os.path.join(root, d) != HOOKS_DIR)
+        paths += [os.path.join(root, n) for n in sorted(names) if n.endswith(".md")]
+    return paths
+
+
+def write_tables() -> List[str]:
+    """Rewrites the results regions of every page; returns the pages it changed."""
+    results = load_results()
+    changed = []
+    for path in page_paths():
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        if not REGION.search(text):
+            continue
+        rendered = render_regions(text, results)
+        if rendered != text:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(rendered)
+            changed.append(os.path.relpath(path, REPO_ROOT))
+    return changed
+
+
+def on_page_markdown(markdown, page, config, files):
+    """MkDocs hook: warns when a page's table is not the results file's."""
+    for name in stale_tables(markdown, load_results()):
+        logging.getLogger("mkdocs.hooks").warning(STALE_MESSAGE, page.file.src_path, name)
+    return markdown

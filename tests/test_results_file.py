@@ -1,0 +1,115 @@
+"""benchmarks/results.json and the docs tables written from it: every entry says where its
+figures come from, every table on a page is the file's, and the measured networks are the
+published ones."""
+
+import importlib.util
+import json
+import os
+import subprocess
+
+import pytest
+
+from helpers import REPO_ROOT, python
+from benchmarks.results import load_results, missing_fields, record
+
+
+def load_hook(name: str):
+    path = os.path.join(REPO_ROOT, "docs", "hooks", "%s.py" % name)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.quick
+def test_every_entry_names_its_run_or_its_source():
+    results = load_results()
+    assert {"released_models_cpu", "published_coco_ap"} <= set(results)
+    for name, entry in results.items():
+        assert not missing_fields(entry), (name, missing_fields(entry))
+        assert "+changes" not in entry.get("commit", ""), \
+            "%s was measured on uncommitted code: measure a commit" % name
+
+
+@pytest.mark.quick
+def test_every_results_table_on_a_page_is_the_file_s():
+    hook = load_hook("results_tables")
+    results = load_results()
+    regions = 0
+    for path in hook.page_paths():
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        regions += len(hook.REGION.findall(text))
+        assert hook.stale_tables(text, results) == [], \
+            "%s differs from benchmarks/results.json: run make docs" % path
+    assert regions >= 1
+
+
+@pytest.mark.quick
+def test_a_changed_figure_makes_the_table_stale_and_make_docs_rewrites_it():
+    hook = load_hook("results_tables")
+    results = load_results()
+    page = "Intro\n<!-- results: choose_a_model -->\nold\n<!-- end results -->\nAfter\n"
+    assert hook.stale_tables(page, results) == ["choose_a_model"]
+    written = hook.render_regions(page, results)
+    assert written.startswith("Intro\n<!-- results: choose_a_model -->\n| model |")
+    assert written.endswith("<!-- end results -->\nAfter\n")
+    assert hook.stale_tables(written, results) == []
+    results["released_models_cpu"]["rows"][0]["latency_ms"] += 1.0
+    assert hook.stale_tables(written, results) == ["choose_a_model"]
+
+
+@pytest.mark.quick
+def test_an_unknown_table_is_an_error_naming_it():
+    hook = load_hook("results_tables")
+    with pytest.raises(ValueError, match="no results table 'nope'"):
+        hook.render_regions("<!-- results: nope -->\n<!-- end results -->", load_results())
+
+
+@pytest.mark.quick
+def test_the_measured_networks_have_the_published_parameter_counts():
+    """The trainable parameters counted in each built network match the published count to
+    0.5% (the published counts are rounded; D7x's 77.0 M is 77.15 M counted): the package
+    builds the architectures the released checkpoints are."""
+    results = load_results()
+    published = {r["model"]: r["params_m"] for r in results["published_coco_ap"]["rows"]}
+    measured = {r["model"]: r["params_m"] for r in results["released_models_cpu"]["rows"]}
+    assert set(published) <= set(measured)
+    for model, count in published.items():
+        assert abs(measured[model] - count) <= max(0.06, 0.005 * count), (
+            model, measured[model], count)
+
+
+@pytest.mark.quick
+def test_record_writes_date_commit_command_and_machine(tmp_path):
+    path = str(tmp_path / "results.json")
+    with open(path, "w") as f:
+        json.dump({"kept": {"source": "a paper", "rows": [{"x": 1}]}}, f)
+    entry = record("timing", [{"model": "m", "ms": 1.5}], "a test machine", path)
+    saved = load_results(path)
+    assert saved["kept"] == {"source": "a paper", "rows": [{"x": 1}]}
+    assert saved["timing"] == entry and not missing_fields(entry)
+    assert entry["machine"] == "a test machine" and entry["rows"] == [{"model": "m", "ms": 1.5}]
+    assert len(entry["date"]) == 10 and entry["command"].startswith("python ")
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
+                          capture_output=True, text=True)
+    if head.returncode == 0:  # A checkout: the entry names its commit.
+        assert entry["commit"].startswith(head.stdout.strip())
+    assert missing_fields({"date": "2026-01-01", "rows": []}) == [
+        "commit", "command", "machine", "rows"]
+
+
+def test_bench_models_records_its_rows(tmp_path):
+    path = tmp_path / "results.json"
+    result = subprocess.run(
+        [python(), os.path.join(REPO_ROOT, "benchmarks", "bench.py"), "--what=models",
+         "--models=efficientdet-lite0", "--repeats=1", "--results_file=%s" % path],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    entry = json.loads(path.read_text())["released_models_cpu"]
+    assert not missing_fields(entry)
+    [row] = entry["rows"]
+    assert row["model"] == "efficientdet-lite0" and row["image_size"] == "320x320"
+    assert 3.0 < row["params_m"] < 3.5 and row["float32_mb"] > 4 * row["params_m"]
+    assert row["latency_ms"] > 0
+    assert "efficientdet-lite0" in result.stdout and "Recorded as" in result.stdout
