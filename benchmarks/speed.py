@@ -36,7 +36,7 @@ from benchmarks.common import (DATA_DIR, TFLITE_THREADS, demo_validation_data,  
 # Inference: infer_runtime "tensorflow" runs the Keras network (BatchNorm folded into the convs
 # when fold, at infer_precision, None for float32); "tflite" runs the float32 .tflite with raw
 # outputs through XNNPACK (one thread per core) and decodes it with the package's own
-# post-processing, so its detections and AP are the Keras model's (docs/guides/export.md).
+# post-processing, so its detections and AP are the Keras model's (docs/guides/on-device.md).
 SPEED_PATHS = {
     "float32": {"train_hparams": "", "memory_hparams": "", "infer_runtime": "tensorflow",
                 "infer_precision": None, "fold": False},

@@ -53,7 +53,7 @@ def default_values() -> Dict[str, Any]:
         jitter_min=0.1,
         jitter_max=2.0,
         max_instances_per_image=100,
-        # Stronger augmentation, all off in the COCO recipe (docs/guides/data.md).
+        # Stronger augmentation, all off in the COCO recipe (docs/guides/augmentation.md).
         autoaugment_policy=None,
         randaugment_num_layers=1,
         randaugment_magnitude=15.0,
