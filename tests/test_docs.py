@@ -158,7 +158,8 @@ def test_pages_have_the_snippets_they_should():
 def test_readme_is_a_front_page():
     with open(os.path.join(REPO_ROOT, "README.md")) as f:
         lines = f.read().splitlines()
-    assert len(lines) <= README_MAX_LINES, "README.md has %d lines" % len(lines)
+    shown = [line for line in lines if not line.startswith("<!--")]  # Comments do not show.
+    assert len(shown) <= README_MAX_LINES, "README.md shows %d lines" % len(shown)
 
 
 def _run_python_snippet(block, sandbox, page_namespaces):

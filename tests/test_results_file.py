@@ -59,6 +59,29 @@ def test_a_changed_figure_makes_the_table_stale_and_make_docs_rewrites_it():
     assert hook.stale_tables(written, results) == ["choose_a_model"]
 
 
+# The pages whose every decimal figure comes from the results file; the guides and the
+# benchmarks page still quote figures of their own.
+FIGURES_FROM_RESULTS = ("README.md", "docs/index.md", "docs/getting-started.md",
+                        "docs/guides/released-models.md", "docs/contributing.md")
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("page", FIGURES_FROM_RESULTS)
+def test_the_front_pages_quote_no_figure_the_results_file_lacks(page):
+    hook = load_hook("results_tables")
+    with open(os.path.join(REPO_ROOT, page), encoding="utf-8") as f:
+        assert hook.unsourced_figures(f.read(), load_results()) == []
+
+
+@pytest.mark.quick
+def test_a_figure_is_sourced_only_at_its_own_precision():
+    hook = load_hook("results_tables")
+    results = {"run": {"rows": [{"ap": 0.7370, "ms": [44.04, 3]}]}}
+    page = ("AP 0.737 (0.74), 44.0 ms; Python 3.10 and TensorFlow >= 2.16 are versions.\n"
+            "But 0.7371 and 44.1 ms are not in it.\n```sh\nrun --score=0.55\n```\n")
+    assert hook.unsourced_figures(page, results) == ["0.7371", "44.1"]
+
+
 @pytest.mark.quick
 def test_an_unknown_table_is_an_error_naming_it():
     hook = load_hook("results_tables")

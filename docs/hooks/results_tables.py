@@ -59,7 +59,70 @@ def choose_a_model(results: Dict[str, dict]) -> str:
         published_entry["source"], measured_by(measured))
 
 
-TABLES: Dict[str, Callable[[Dict[str, dict]], str]] = {"choose_a_model": choose_a_model}
+README_FORMAT_LABELS = {
+    "saved_model": "SavedModel (TF Serving), soft-NMS", "onnx": "ONNX Runtime, hard NMS",
+    "openvino": "OpenVINO, soft-NMS", "openvino_fp16": "OpenVINO, float16 weights",
+    "tflite": "`.tflite` float32, the op's NMS", "tflite_fp16": "`.tflite` float16",
+    "tflite_int8": "`.tflite` int8 (its boxes collapsed: [troubleshooting]"
+                   "(docs/guides/troubleshooting.md#my-int8-tflite-is-much-less-accurate))"}
+
+
+def formats_readme(results: Dict[str, dict]) -> str:
+    """The front page's format table (its link to the benchmarks page names the run)."""
+    lines = ["| format | AP | AP50 | latency, batch 1 | images/s, batch 8 | size |",
+             "|---|---|---|---|---|---|"]
+    for row in results["format_table_demo"]["rows"]:
+        lines.append("| %s | %.3f | %.3f | %.1f ms | %.1f | %.1f MB |" % (
+            README_FORMAT_LABELS[row["format"]], row["ap"], row["ap50"], row["latency_ms"],
+            row["images_per_second"], row["size_mb"]))
+    return "\n".join(lines) + "\n"
+
+
+def resize_modes_readme(results: Dict[str, dict]) -> str:
+    """The front page's letterboxed against stretched frames: AP on 640x480 frames."""
+    rows = results["resize_modes_demo"]["rows"]
+    labels = [(rows[0], "demo, trained letterboxed on square images"),
+              (rows[2], "+ 80 steps on 640x480 frames, `resize_mode: stretch`")]
+    lines = ["| model | letterboxed frames | stretched frames |", "|---|---|---|"]
+    for row, label in labels:
+        lines.append("| %s | %.3f | %.3f |" % (label, row["letterbox_640x480"][0],
+                                               row["stretch_640x480"][0]))
+    return "\n".join(lines) + "\n"
+
+
+TABLES: Dict[str, Callable[[Dict[str, dict]], str]] = {
+    "choose_a_model": choose_a_model, "formats_readme": formats_readme,
+    "resize_modes_readme": resize_modes_readme}
+# A number with a decimal point, not part of a word, a version or a longer number.
+DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.])")
+# Requirements, not measurements: "Python 3.10", "TensorFlow >= 2.16".
+VERSION = re.compile(r"(?:Python|>=)\s+\d+\.\d+")
+
+
+def _numbers(value) -> List[float]:
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, (int, float)):
+        return [float(value)]
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in _numbers(v)]
+    if isinstance(value, list):
+        return [n for v in value for n in _numbers(v)]
+    return []
+
+
+def unsourced_figures(text: str, results: Dict[str, dict]) -> List[str]:
+    """The decimal figures of a page's prose and tables (code blocks and versions aside) that
+    no entry of the results file holds, to the figure's own precision."""
+    known = _numbers([entry.get("rows") for entry in results.values()])
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    prose = VERSION.sub("", prose)
+    missing = []
+    for figure in DECIMAL.findall(prose):
+        digits = len(figure.split(".")[1])
+        if not any(round(value, digits) == float(figure) for value in known):
+            missing.append(figure)
+    return missing
 
 
 def render_regions(text: str, results: Dict[str, dict]) -> str:
