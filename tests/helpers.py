@@ -41,6 +41,16 @@ def python() -> str:
     return os.environ.get(PYTHON_ENV, sys.executable)
 
 
+def docs_hook(name: str):
+    """The module docs/hooks/<name>.py, loaded by its path as MkDocs loads a hook."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(REPO_ROOT, "docs", "hooks", "%s.py" % name))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def command_environment(**overrides) -> dict:
     """os.environ for a shell command: the package's console scripts first on PATH (the warm
     launchers in a test run, then this environment's installed ones)."""

@@ -2,7 +2,6 @@
 and every flag its --help lists, each with a real description."""
 
 import copy
-import importlib.util
 import os
 import re
 import subprocess
@@ -10,7 +9,7 @@ import sys
 
 import pytest
 
-from helpers import REPO_ROOT
+from helpers import REPO_ROOT, docs_hook
 
 pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
 
@@ -20,10 +19,7 @@ HELP_FLAG_LINE = re.compile(r"^  --(?:\[no\])?(\w+):", re.MULTILINE)
 
 
 def load_hook():
-    spec = importlib.util.spec_from_file_location("cli_reference", HOOK_PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return docs_hook("cli_reference")
 
 
 hook = load_hook()

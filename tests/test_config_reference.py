@@ -2,7 +2,6 @@
 allowed values as the code has them, and the allowed values that the checks enforce."""
 
 import glob
-import importlib.util
 import os
 import re
 import subprocess
@@ -10,7 +9,7 @@ import sys
 
 import pytest
 
-from helpers import REPO_ROOT
+from helpers import REPO_ROOT, docs_hook
 from efficientdet_keras.config import (MODEL_NAMES, PACKAGED_HPARAMS_DIR, Config,
                                        get_efficientdet_config, validate_config)
 from efficientdet_keras.config.defaults import default_values
@@ -23,10 +22,7 @@ KEYS = flatten(default_values())
 
 
 def load_hook():
-    spec = importlib.util.spec_from_file_location("config_reference", HOOK_PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return docs_hook("config_reference")
 
 
 @pytest.fixture(scope="module")

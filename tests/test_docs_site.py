@@ -11,7 +11,7 @@ import tokenize
 
 import pytest
 
-from helpers import REPO_ROOT
+from helpers import REPO_ROOT, docs_hook
 
 pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
 
@@ -163,20 +163,11 @@ def test_site_builds_in_strict_mode(tmp_path):
     assert not (site / "hooks").exists()  # The build's code is not published.
 
 
-def load_hooks_module(name: str):
-    import importlib.util
-    path = os.path.join(REPO_ROOT, "docs", "hooks", "%s.py" % name)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("hook_name", ["config_reference", "cli_reference", "api_reference"])
 def test_the_committed_reference_pages_are_the_code_s(hook_name):
     """The config, CLI and API references are committed, so they read on the repository's
     web page; each must hold what its hook renders from the code now."""
-    hook = load_hooks_module(hook_name)
+    hook = docs_hook(hook_name)
     with open(os.path.join(REPO_ROOT, "docs", hook.PAGE), encoding="utf-8") as f:
         committed = f.read()
     assert committed == hook.render(), "docs/%s is out of date: run make docs" % hook.PAGE
@@ -184,7 +175,7 @@ def test_the_committed_reference_pages_are_the_code_s(hook_name):
 
 def test_a_stale_committed_page_is_a_warning_that_fails_a_strict_build(tmp_path, monkeypatch,
                                                                         caplog):
-    generated = load_hooks_module("generated_pages")
+    generated = docs_hook("generated_pages")
     monkeypatch.setattr(generated, "DOCS_DIR", str(tmp_path))
     (tmp_path / "reference").mkdir()
     page = tmp_path / "reference" / "config.md"

@@ -2,23 +2,14 @@
 figures come from, every table on a page is the file's, and the measured networks are the
 published ones."""
 
-import importlib.util
 import json
 import os
 import subprocess
 
 import pytest
 
-from helpers import REPO_ROOT, python
+from helpers import REPO_ROOT, docs_hook, python
 from benchmarks.results import load_results, missing_fields, record
-
-
-def load_hook(name: str):
-    path = os.path.join(REPO_ROOT, "docs", "hooks", "%s.py" % name)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.quick
@@ -33,7 +24,7 @@ def test_every_entry_names_its_run_or_its_source():
 
 @pytest.mark.quick
 def test_every_results_table_on_a_page_is_the_file_s():
-    hook = load_hook("results_tables")
+    hook = docs_hook("results_tables")
     results = load_results()
     regions = 0
     for path in hook.page_paths():
@@ -47,7 +38,7 @@ def test_every_results_table_on_a_page_is_the_file_s():
 
 @pytest.mark.quick
 def test_a_changed_figure_makes_the_table_stale_and_make_docs_rewrites_it():
-    hook = load_hook("results_tables")
+    hook = docs_hook("results_tables")
     results = load_results()
     page = "Intro\n<!-- results: choose_a_model -->\nold\n<!-- end results -->\nAfter\n"
     assert hook.stale_tables(page, results) == ["choose_a_model"]
@@ -68,14 +59,14 @@ FIGURES_FROM_RESULTS = ("README.md", "docs/index.md", "docs/getting-started.md",
 @pytest.mark.quick
 @pytest.mark.parametrize("page", FIGURES_FROM_RESULTS)
 def test_the_front_pages_quote_no_figure_the_results_file_lacks(page):
-    hook = load_hook("results_tables")
+    hook = docs_hook("results_tables")
     with open(os.path.join(REPO_ROOT, page), encoding="utf-8") as f:
         assert hook.unsourced_figures(f.read(), load_results()) == []
 
 
 @pytest.mark.quick
 def test_a_figure_is_sourced_only_at_its_own_precision():
-    hook = load_hook("results_tables")
+    hook = docs_hook("results_tables")
     results = {"run": {"rows": [{"ap": 0.7370, "ms": [44.04, 3]}]}}
     page = ("AP 0.737 (0.74), 44.0 ms; Python 3.10 and TensorFlow >= 2.16 are versions.\n"
             "But 0.7371 and 44.1 ms are not in it.\n```sh\nrun --score=0.55\n```\n")
@@ -84,7 +75,7 @@ def test_a_figure_is_sourced_only_at_its_own_precision():
 
 @pytest.mark.quick
 def test_an_unknown_table_is_an_error_naming_it():
-    hook = load_hook("results_tables")
+    hook = docs_hook("results_tables")
     with pytest.raises(ValueError, match="no results table 'nope'"):
         hook.render_regions("<!-- results: nope -->\n<!-- end results -->", load_results())
 
