@@ -45,6 +45,10 @@ Benchmarks:
   models       each of --models at its own input size: parameters, float32 weight size and
                the network's batch-1 latency (benchmarks/models.py), recorded in
                --results_file for the docs' "Choose a model" table.
+  formats      a trained demo run (--model_dir) in every serving format (SavedModel, ONNX,
+               OpenVINO float32/float16/int8, TFLite float32/float16/int8): AP and AP50 on its
+               validation images, latency at batch 1, images/s at batch 8 and size
+               (benchmarks/formats.py), recorded in --results_file as --results_entry.
 
 A user's own model is measured by `efficientdet-bench --model=PATH` (Detector.benchmark).
 """
@@ -62,7 +66,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 from absl import flags  # noqa: E402
 
-from benchmarks import models, speed  # noqa: E402
+from benchmarks import formats, models, speed  # noqa: E402
 from benchmarks.results import RESULTS_PATH  # noqa: E402
 from benchmarks.common import (DATA_DIR, TFLITE_THREADS, demo_validation_data,  # noqa: E402
                                keras_metrics, median_seconds, one_cached_batch,
@@ -76,13 +80,16 @@ FLAGS = flags.FLAGS
 flags.DEFINE_enum("what", "postprocess",
                   ["postprocess", "pipeline", "eval", "train", "serve", "export", "kills",
                    "tflite",
-                   "short_runs", "augment", "speed", "resize", "callbacks", "models"],
+                   "short_runs", "augment", "speed", "resize", "callbacks", "models",
+                   "formats"],
                   "Which benchmark to run.")
 flags.DEFINE_list("models", ["efficientdet-d%s" % d for d in "01234567"] + [
     "efficientdet-d7x"] + ["efficientdet-lite%s" % d for d in ("0", "1", "2", "3", "3x", "4")],
     "models: the models to measure.")
 flags.DEFINE_string("results_file", RESULTS_PATH,
-                    "models: the results file the figures are recorded in.")
+                    "models, formats: the results file the figures are recorded in.")
+flags.DEFINE_string("results_entry", "format_table_demo",
+                    "formats: the entry of the results file the table is recorded as.")
 flags.DEFINE_integer("eval_images", 500, "eval: how many synthetic images to evaluate.")
 flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDet family.")
 flags.DEFINE_string("hparams", "", HPARAMS_HELP)
@@ -97,7 +104,8 @@ flags.DEFINE_enum("kill_signal", "SIGKILL", ["SIGKILL", "SIGTERM", "SIGINT"],
 flags.DEFINE_float("kill_window", 30.0, "kills: each kill comes at a uniform random moment "
                    "this many seconds at most after the restarted run's first step.")
 flags.DEFINE_string("model_dir", os.path.join("runs", "demo"),
-                    "tflite: a trained demo run (config.yaml, checkpoints, synthetic/).")
+                    "tflite, formats: a trained demo run (config.yaml, checkpoints, "
+                    "synthetic/).")
 flags.DEFINE_integer("tflite_threads", TFLITE_THREADS, "tflite: interpreter threads.")
 flags.DEFINE_list("short_runs", ["glyphs", "demo"], "short_runs: which runs (glyphs, demo).")
 # augment: each row's --hparams, added to the config's flip and scale jitter.
@@ -636,6 +644,13 @@ def bench_models(config) -> None:
     models.bench_models(FLAGS.models, FLAGS.repeats, FLAGS.results_file)
 
 
+def bench_formats(config) -> None:
+    """The format table of --model_dir (benchmarks/formats.py), with the run's own config."""
+    del config
+    formats.bench_formats(FLAGS.model_dir, FLAGS.results_file, FLAGS.results_entry,
+                          runs=max(10, FLAGS.repeats))
+
+
 def main(argv):
     del argv
     from efficientdet_keras import get_efficientdet_config
@@ -654,7 +669,8 @@ def main(argv):
      "train": bench_train, "serve": bench_serve, "export": bench_export, "kills": bench_kills,
      "tflite": bench_tflite, "short_runs": bench_short_runs,
      "augment": bench_augment, "speed": bench_speed, "resize": bench_resize,
-     "callbacks": bench_callbacks, "models": bench_models}[FLAGS.what](config)
+     "callbacks": bench_callbacks, "models": bench_models,
+     "formats": bench_formats}[FLAGS.what](config)
 
 
 def run():

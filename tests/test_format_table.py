@@ -44,7 +44,8 @@ def test_one_command_gives_the_table_of_every_format(tmp_path):
     records = write_self_labelled_data(model, str(tmp_path / "data"), 128, 128)
     export_dir = tmp_path / "formats"
     results = tmp_path / "formats.csv"
-    result = run_bench("--model=%s" % model_dir, "--formats=saved_model,onnx,openvino,tflite_int8",
+    result = run_bench("--model=%s" % model_dir,
+                       "--formats=saved_model,onnx,openvino,openvino_int8,tflite_int8",
                        "--val_file_pattern=%s" % records, "--export_dir=%s" % export_dir,
                        "--results_csv=%s" % results, "--runs=2", "--warmup=1",
                        "--throughput_batch=2", "--num_threads=2")
@@ -54,7 +55,7 @@ def test_one_command_gives_the_table_of_every_format(tmp_path):
         rows = list(csv.DictReader(f))
     assert tuple(rows[0]) == TABLE_COLUMNS
     by_format = {row["format"]: row for row in rows}
-    assert list(by_format) == ["saved_model", "onnx", "openvino", "tflite_int8"]
+    assert list(by_format) == ["saved_model", "onnx", "openvino", "openvino_int8", "tflite_int8"]
     ap = {name: float(row["AP"]) for name, row in by_format.items()}
     assert ap["saved_model"] > 0.3, rows
     # OpenVINO runs the same soft-NMS graph on images of the input size (no rounding): the
@@ -63,6 +64,10 @@ def test_one_command_gives_the_table_of_every_format(tmp_path):
     assert ap["openvino"] == pytest.approx(ap["saved_model"], abs=2e-4), rows
     assert 0.2 < ap["onnx"] < ap["saved_model"] - 0.1, rows
     assert 0.2 < ap["tflite_int8"] < ap["saved_model"] - 0.1, rows
+    assert 0.3 < ap["openvino_int8"] < ap["saved_model"], rows
+    assert by_format["openvino_int8"]["nms"] == "gaussian"
+    assert float(by_format["openvino_int8"]["size_mb"]) < 0.5 * float(
+        by_format["openvino"]["size_mb"]), rows
     assert by_format["saved_model"]["threads"] == "0" and by_format["onnx"]["threads"] == "2"
     assert by_format["openvino"]["nms"] == "gaussian" and by_format["onnx"]["nms"] == "hard"
     assert by_format["tflite_int8"]["nms"] == "op global"
@@ -78,5 +83,6 @@ def test_one_command_gives_the_table_of_every_format(tmp_path):
     # The printed table: a header, one line per format, the note on what was timed.
     lines = result.stdout.strip().splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("format "))
-    assert [line.split()[0] for line in lines[header + 1:header + 5]] == list(by_format)
+    rows_printed = lines[header + 1:header + 1 + len(by_format)]
+    assert [line.split()[0] for line in rows_printed] == list(by_format)
     assert lines[header + 1].split()[4] == "1.00"  # The SavedModel against itself.

@@ -127,3 +127,32 @@ def test_bench_models_records_its_rows(tmp_path):
     assert 3.0 < row["params_m"] < 3.5 and row["float32_mb"] > 4 * row["params_m"]
     assert row["latency_ms"] > 0
     assert "efficientdet-lite0" in result.stdout and "Recorded as" in result.stdout
+
+
+@pytest.mark.quick
+def test_the_format_tables_show_each_row_with_its_speed_up_and_run():
+    from benchmarks.formats import result_rows
+    from efficientdet_keras.reports.format_table import FormatRow
+    hook = docs_hook("results_tables")
+    rows = result_rows([
+        FormatRow("saved_model", "sm", 0.51023, 0.65412, 44.04, 27.5, 18.24, 0, "gaussian"),
+        FormatRow("openvino_int8", "x", 0.5, 0.64, 22.0, 60.0, 5.0, 2, "gaussian"),
+        FormatRow("tflite_int8", "t", 0.0, 0.0, 30.9, 51.8, 5.2, 2, "op global")])
+    assert rows[0] == {"format": "saved_model", "ap": 0.5102, "ap50": 0.6541, "latency_ms": 44.0,
+                       "images_per_second": 27.5, "size_mb": 18.2, "threads": 0,
+                       "nms": "soft (gaussian)"}
+    assert rows[2]["nms"] == "the op's fast NMS"
+    run = {"date": "2026-11-29", "commit": "abc1234", "command": "python benchmarks/bench.py "
+           "--what=formats", "machine": "a test machine", "rows": rows}
+    table = hook.TABLES["formats_demo"]({"format_table_demo": run}).splitlines()
+    assert table[2] == ("| saved_model | 0.5102 | 0.6541 | 44.0 | 1.00 | 27.5 | 18.2 | "
+                        "soft (gaussian) |")
+    assert table[3].startswith("| openvino_int8 | 0.5000 | 0.6400 | 22.0 | 2.00 | 60.0 |")
+    assert table[-1] == ("Measured 2026-11-29 at commit `abc1234` on a test machine with "
+                         "`python benchmarks/bench.py --what=formats`.")
+    # The front page names the int8 .tflite's collapse only when its AP is 0.
+    readme = hook.formats_readme({"format_table_demo": run})
+    assert "| OpenVINO int8 (NNCF) | 0.500 |" in readme
+    assert "`.tflite` int8 (its boxes collapsed" in readme
+    rows[2].update(ap=0.64, ap50=0.84)
+    assert "collapsed" not in hook.formats_readme({"format_table_demo": run})

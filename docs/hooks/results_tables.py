@@ -62,9 +62,12 @@ def choose_a_model(results: Dict[str, dict]) -> str:
 README_FORMAT_LABELS = {
     "saved_model": "SavedModel (TF Serving), soft-NMS", "onnx": "ONNX Runtime, hard NMS",
     "openvino": "OpenVINO, soft-NMS", "openvino_fp16": "OpenVINO, float16 weights",
+    "openvino_int8": "OpenVINO int8 (NNCF)",
     "tflite": "`.tflite` float32, the op's NMS", "tflite_fp16": "`.tflite` float16",
-    "tflite_int8": "`.tflite` int8 (its boxes collapsed: [troubleshooting]"
-                   "(docs/guides/troubleshooting.md#my-int8-tflite-is-much-less-accurate))"}
+    "tflite_int8": "`.tflite` int8"}
+# Said beside an int8 .tflite row whose boxes collapsed (AP 0).
+COLLAPSED_INT8 = (" (its boxes collapsed: [troubleshooting]"
+                  "(docs/guides/troubleshooting.md#my-int8-tflite-is-much-less-accurate))")
 
 
 def formats_readme(results: Dict[str, dict]) -> str:
@@ -72,10 +75,30 @@ def formats_readme(results: Dict[str, dict]) -> str:
     lines = ["| format | AP | AP50 | latency, batch 1 | images/s, batch 8 | size |",
              "|---|---|---|---|---|---|"]
     for row in results["format_table_demo"]["rows"]:
+        label = README_FORMAT_LABELS[row["format"]]
+        if row["format"] == "tflite_int8" and row["ap"] == 0:
+            label += COLLAPSED_INT8
         lines.append("| %s | %.3f | %.3f | %.1f ms | %.1f | %.1f MB |" % (
-            README_FORMAT_LABELS[row["format"]], row["ap"], row["ap50"], row["latency_ms"],
-            row["images_per_second"], row["size_mb"]))
+            label, row["ap"], row["ap50"], row["latency_ms"], row["images_per_second"],
+            row["size_mb"]))
     return "\n".join(lines) + "\n"
+
+
+def format_benchmark_table(entry_name: str) -> Callable[[Dict[str, dict]], str]:
+    """The benchmarks page's table of one `bench.py --what=formats` entry: every column, the
+    speed-up over the SavedModel, and the run that measured it."""
+    def table(results: Dict[str, dict]) -> str:
+        entry = results[entry_name]
+        saved_model = {row["format"]: row for row in entry["rows"]}["saved_model"]
+        lines = ["| format | AP | AP50 | latency ms | x SavedModel | images/s | size MB | NMS |",
+                 "|---|---|---|---|---|---|---|---|"]
+        for row in entry["rows"]:
+            lines.append("| %s | %.4f | %.4f | %.1f | %.2f | %.1f | %.1f | %s |" % (
+                row["format"], row["ap"], row["ap50"], row["latency_ms"],
+                saved_model["latency_ms"] / row["latency_ms"], row["images_per_second"],
+                row["size_mb"], row["nms"]))
+        return "\n".join(lines) + "\n\n" + measured_by(entry) + "\n"
+    return table
 
 
 def resize_modes_readme(results: Dict[str, dict]) -> str:
@@ -92,7 +115,9 @@ def resize_modes_readme(results: Dict[str, dict]) -> str:
 
 TABLES: Dict[str, Callable[[Dict[str, dict]], str]] = {
     "choose_a_model": choose_a_model, "formats_readme": formats_readme,
-    "resize_modes_readme": resize_modes_readme}
+    "resize_modes_readme": resize_modes_readme,
+    "formats_demo": format_benchmark_table("format_table_demo"),
+    "formats_d0_512": format_benchmark_table("format_table_d0_512")}
 # A number with a decimal point, not part of a word, a version or a longer number.
 DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.])")
 # Requirements, not measurements: "Python 3.10", "TensorFlow >= 2.16".

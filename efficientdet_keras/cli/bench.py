@@ -41,8 +41,8 @@ flags.DEFINE_integer("num_threads", 0, "Threads of the .tflite interpreter, ONNX
                      "OpenVINO (0: the runtime's default; TensorFlow uses its own).",
                      lower_bound=0)
 flags.DEFINE_list("formats", [], "Export --model to these formats and print their table: "
-                  "saved_model, onnx, openvino, openvino_fp16, tflite, tflite_fp16, "
-                  "tflite_int8, or all.")
+                  "saved_model, onnx, openvino, openvino_fp16, openvino_int8, tflite, "
+                  "tflite_fp16, tflite_int8, or all.")
 flags.DEFINE_string("val_file_pattern", "", "--formats: validation TFRecords (also the int8 "
                     "calibration images).")
 flags.DEFINE_string("val_json_file", "", "--formats: COCO JSON of the validation data (with "

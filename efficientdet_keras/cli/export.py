@@ -13,6 +13,9 @@ an .onnx or an OpenVINO file.
   efficientdet-export --model_dir=runs/demo --format=onnx --export_dir=exported/demo-onnx
   # OpenVINO IR (model.xml, model.bin and model.xml.json, then checks parity), soft-NMS kept:
   efficientdet-export --model_dir=runs/demo --format=openvino --export_dir=exported/demo-openvino
+  # The same with int8 convolutions (NNCF post-training quantization):
+  efficientdet-export --model_dir=runs/demo --format=openvino --openvino_precision=int8 \
+      --export_dir=exported/demo-openvino-int8 --representative_data='data/val-*.tfrecord'
 
 The config comes from <model_dir>/config.yaml when present, else --model_name, else
 the released model --ckpt names; --hparams overrides any of them (e.g.
@@ -48,9 +51,10 @@ flags.DEFINE_enum("format", "saved_model", ["saved_model", "hub", "tflite", "onn
                   "onnx: <export_dir>/model.onnx and its sidecar model.onnx.json (hard NMS); "
                   "openvino: <export_dir>/model.xml, model.bin and model.xml.json (the "
                   "config's NMS, soft-NMS included).")
-flags.DEFINE_enum("openvino_precision", "float32", ["float32", "float16"],
-                  "openvino: the weights' precision (float16: half the size; the runner "
-                  "computes in float32 either way).")
+flags.DEFINE_enum("openvino_precision", "float32", ["float32", "float16", "int8"],
+                  "openvino: float32; float16 weights (half the size; the runner computes in "
+                  "float32); int8: convolutions quantized with NNCF, calibrated on "
+                  "--representative_data.")
 flags.DEFINE_string("tflite_quantization", "float32",
                     "tflite: float32, float16 (weights) or int8 (full integer); FP32, FP16 and "
                     "INT8 are accepted too.")
@@ -59,10 +63,10 @@ flags.DEFINE_enum("tflite_outputs", "detections", ["detections", "raw"],
 flags.DEFINE_enum("tflite_input_type", "uint8", ["uint8", "float32"],
                   "tflite: the image input's type (float32 holds 0..255).")
 flags.DEFINE_string("representative_data", "",
-                    "tflite: TFRecord file pattern of images for int8 calibration and the parity "
-                    "checks (needed for int8); onnx, openvino: images for the parity check.")
-flags.DEFINE_integer("num_calibration_images", 100, "tflite int8: images used for calibration.",
-                     lower_bound=1)
+                    "tflite, openvino: TFRecord file pattern of images for int8 calibration and "
+                    "the parity checks (needed for int8); onnx: images for the parity check.")
+flags.DEFINE_integer("num_calibration_images", 100,
+                     "tflite and openvino int8: images used for calibration.", lower_bound=1)
 flags.DEFINE_boolean("fold_batch_norm", True,
                      "saved_model, onnx, openvino: run the network with every BatchNorm folded "
                      "into its conv (the same detections, fewer kernels; --nofold_batch_norm "
@@ -86,6 +90,8 @@ def export():
         check_tflite_flags()  # Before the (slow) model loading.
     if FLAGS.format == "onnx":
         check_onnx_flags()
+    if FLAGS.format == "openvino":
+        check_openvino_flags()
     model, _ = load_model_and_config(FLAGS.model_dir, FLAGS.ckpt, FLAGS.model_name, FLAGS.hparams)
     if FLAGS.format == "tflite":
         return export_tflite_and_check(model)
@@ -124,6 +130,13 @@ def check_onnx_flags():
         check_opset(FLAGS.onnx_opset)
     except ValueError as e:
         raise ValueError("--onnx_opset: %s" % e) from None
+
+
+def check_openvino_flags():
+    """Raises ValueError (one line) for int8 without calibration images."""
+    if FLAGS.openvino_precision == "int8" and not FLAGS.representative_data:
+        raise ValueError("--openvino_precision=int8 needs --representative_data (a TFRecord "
+                         "file pattern of calibration images)")
 
 
 def _is_qat_run() -> bool:
@@ -174,7 +187,8 @@ def export_openvino_and_check(model):
     from efficientdet_keras.export import graph_parity, openvino, tflite_parity
     path = openvino.export_openvino(
         model, os.path.join(FLAGS.export_dir, openvino.OPENVINO_FILE_NAME),
-        FLAGS.openvino_precision, FLAGS.fold_batch_norm)
+        FLAGS.openvino_precision, FLAGS.fold_batch_norm, FLAGS.representative_data or None,
+        FLAGS.num_calibration_images)
     size = sum(os.path.getsize(p) for p in (path, path[:-len(".xml")] + ".bin"))
     print("Exported OpenVINO model (%s weights, %s NMS, uint8 images of any size and batch) "
           "to %s, %.1f MB" % (FLAGS.openvino_precision, model.config.nms_configs.method or "hard",

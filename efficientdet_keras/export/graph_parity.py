@@ -8,16 +8,20 @@ one size as one batch, and compares each image's detections: the same number of 
 each detection of one side paired with its own detection of the other side of the same class,
 a score within 1e-4 and all four box coordinates within 1 pixel of the original image (the
 classes and boxes of detections whose score ties with another's are not compared: see
-`match_detections`). A float16 IR is checked by its largest score error instead
-(`float16_error`). Each result is a `CheckResult` of tflite_parity, with a one-line summary.
+`match_detections`). A float16 or int8 IR is checked as a quantized .tflite is, by its
+largest score error and the share of its boxes found where the SavedModel's lie
+(`quantized_error`). Each result is a `CheckResult` of tflite_parity, with a one-line summary.
 """
 
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from efficientdet_keras.export.tflite_parity import (BOX_TOLERANCE_PIXELS,
-                                                     QUANTIZED_SCORE_TOLERANCE, CheckResult,
+from efficientdet_keras.export.tflite_parity import (BOX_TOLERANCE_PIXELS, MAX_MISPLACED,
+                                                     MIN_QUANTIZED_IOU,
+                                                     QUANTIZED_SCORE_TOLERANCE,
+                                                     SCORE_THRESHOLD, CheckResult,
+                                                     misplaced_boxes,
                                                      saved_model_batch_detect)
 from efficientdet_keras.inference.graph_file_runner import split_outputs
 from efficientdet_keras.inference.loading import graph_file_detector
@@ -149,31 +153,43 @@ def detection_parity(model, path: str, images: Sequence[np.ndarray],
     return CheckResult("detection_parity", passed, summary, totals)
 
 
-def float16_error(model, path: str, images: Sequence[np.ndarray],
-                  tolerance: float = QUANTIZED_SCORE_TOLERANCE["float16"]) -> CheckResult:
-    """A float16 file's largest score error: the max abs difference between its sorted
-    detection scores and the SavedModel's (same NMS), image by image."""
+def quantized_error(model, path: str, images: Sequence[np.ndarray],
+                    precision: str) -> CheckResult:
+    """A float16 or int8 file against the float32 SavedModel (same NMS), image by image: the
+    max abs difference between the sorted detection scores, and the detections above
+    SCORE_THRESHOLD without a SavedModel box of their class at IoU >= MIN_QUANTIZED_IOU
+    (tflite_parity.misplaced_boxes). Passes when the scores' error is within
+    QUANTIZED_SCORE_TOLERANCE[precision] and at most MAX_MISPLACED of the detections are
+    misplaced, as for a quantized .tflite."""
     runner = graph_file_detector(path)
     reference_detect = saved_model_batch_detect(model, runner.config.nms_configs.method)
-    worst = 0.0
+    tolerance = QUANTIZED_SCORE_TOLERANCE[precision]
+    worst, detections, misplaced = 0.0, 0, 0
     for index, one_got, one_expected in _batches(runner, images, reference_detect):
         size = images[index].shape[:2]
-        got = runner.detections_from_outputs(one_got, image_size=size)["scores"]
-        expected = runner.detections_from_outputs(one_expected, image_size=size)["scores"]
-        count = min(len(got), len(expected))
-        worst = max(worst, float(np.max(np.abs(np.sort(got)[::-1][:count] -
-                                               np.sort(expected)[::-1][:count]), initial=0.0)))
-    passed = worst <= tolerance
-    summary = ("float16 vs float32 SavedModel: max abs difference %.3g (scores) on %d "
-               "image(s), score tolerance %g: %s"
-               % (worst, len(images), tolerance, "ok" if passed else "FAILED"))
-    return CheckResult("float16_error", passed, summary, {"scores": worst})
+        got = runner.detections_from_outputs(one_got, image_size=size)
+        expected = runner.detections_from_outputs(one_expected, image_size=size)
+        count = min(len(got["scores"]), len(expected["scores"]))
+        worst = max(worst, float(np.max(np.abs(
+            np.sort(got["scores"])[::-1][:count] - np.sort(expected["scores"])[::-1][:count]),
+            initial=0.0)))
+        found, missing = misplaced_boxes(got, expected, SCORE_THRESHOLD)
+        detections, misplaced = detections + found, misplaced + missing
+    passed = worst <= tolerance and misplaced <= MAX_MISPLACED * detections
+    summary = ("%s vs float32 SavedModel: max abs difference %.3g (scores) on %d image(s), "
+               "score tolerance %g; %d of %d detections above %g without a float32 box of "
+               "their class at IoU >= %g (at most %d%%): %s"
+               % (precision, worst, len(images), tolerance, misplaced, detections,
+                  SCORE_THRESHOLD, MIN_QUANTIZED_IOU, MAX_MISPLACED * 100,
+                  "ok" if passed else "FAILED"))
+    return CheckResult("%s_error" % precision, passed, summary,
+                       {"scores": worst, "detections": detections, "misplaced": misplaced})
 
 
 def standard_checks(model, path: str, images: Sequence[np.ndarray],
                     fold_batch_norm: bool = True) -> List[CheckResult]:
-    """The check of the file's kind (`detection_parity`, or `float16_error` for a float16
-    file) against the network the export converted: the model stripped of pruning
+    """The check of the file's kind (`detection_parity`, or `quantized_error` for a float16
+    or int8 file) against the network the export converted: the model stripped of pruning
     wrappers, its EMA weights swapped in, BatchNorm folded as asked."""
     from efficientdet_keras.export.strip import strip_for_export
     from efficientdet_keras.inference.serving_graph import float32_serving_network
@@ -181,7 +197,9 @@ def standard_checks(model, path: str, images: Sequence[np.ndarray],
     from efficientdet_keras.model.weights import averaged_weights
     precision = read_sidecar(path, "onnx" if path.endswith(".onnx") else "openvino").get(
         "precision", "float32")
-    check = float16_error if precision == "float16" else detection_parity
     model = strip_for_export(model)
     with averaged_weights(model):
-        return [check(float32_serving_network(model, fold_batch_norm), path, images)]
+        network = float32_serving_network(model, fold_batch_norm)
+        if precision == "float32":
+            return [detection_parity(network, path, images)]
+        return [quantized_error(network, path, images, precision)]

@@ -2,6 +2,8 @@
 
     from efficientdet_keras.export.openvino import export_openvino
     export_openvino(model, "exported/model.xml", precision="float16")
+    export_openvino(model, "exported/int8/model.xml", precision="int8",
+                    calibration_data="data/val-*.tfrecord")
 
 writes `model.xml` (the graph), `model.bin` (the weights) and the sidecar `model.xml.json`
 (inference/sidecar.py: model name, input size, classes, label map, anchors, normalisation;
@@ -16,14 +18,20 @@ serving_graph.py) converted with OpenVINO's TensorFlow frontend, pre-processing 
           detection_classes  float32 [batch, N] class ids 1..num_classes (0 for padding)
           num_detections     float32 [batch]        N = nms_configs.max_output_size
 The NMS is the config's, soft-NMS included: OpenVINO's NonMaxSuppression takes TensorFlow's
-soft_nms_sigma, so the default method (gaussian) survives conversion, unlike in ONNX. precision "float16" stores the weights in float16 (half the size); OpenVINODetector
-computes in float32 either way. BatchNorm is folded into the convs as in the SavedModel, EMA
+soft_nms_sigma, so the default method (gaussian) survives conversion, unlike in ONNX.
+
+precision "float16" stores the weights in float16 (half the size); OpenVINODetector computes in
+float32 either way. precision "int8" quantizes the network after training with NNCF
+(openvino_int8.py): convolutions run on int8 weights and activations calibrated on images of
+the given TFRecords, while pre-processing, the class and box prediction convolutions, box
+decoding and NMS stay in float32. BatchNorm is folded into the convs as in the SavedModel, EMA
 weights are exported when the model keeps them and a pruned model without its wrappers.
 """
 
 import os
 import shutil
 import tempfile
+from typing import Optional
 
 from efficientdet_keras.checkpoint import ensure_built
 from efficientdet_keras.export.strip import strip_for_export
@@ -35,13 +43,17 @@ from efficientdet_keras.utils.fileio import fsync_tree, write_json_atomically
 
 # The file efficientdet-export --format=openvino writes in --export_dir (weights: model.bin).
 OPENVINO_FILE_NAME = "model.xml"
-PRECISIONS = ("float32", "float16")
+PRECISIONS = ("float32", "float16", "int8")
 
 
-def check_precision(precision: str) -> None:
+def check_precision(precision: str, calibration_data: Optional[str] = None) -> None:
+    """ValueError (one line) for an unknown precision, or int8 without calibration images."""
     if precision not in PRECISIONS:
         raise ValueError("OpenVINO precision must be one of %s, got %r"
                          % (", ".join(PRECISIONS), precision))
+    if precision == "int8" and not calibration_data:
+        raise ValueError("OpenVINO int8 needs calibration images: give a TFRecord file "
+                         "pattern (calibration_data, --representative_data)")
 
 
 def sidecar_info(config, precision: str) -> dict:
@@ -65,28 +77,35 @@ def convert(model, fold_batch_norm: bool = True):
 
 
 def export_openvino(model, path: str, precision: str = "float32",
-                    fold_batch_norm: bool = True) -> str:
+                    fold_batch_norm: bool = True, calibration_data: Optional[str] = None,
+                    num_calibration_images: int = 100) -> str:
     """Converts `model` (see `convert`) and writes the IR at `path` (.xml; its weights
     beside it as .bin) and its sidecar json, each atomically.
 
     Args:
       model: an EfficientDetNet; its config's NMS goes into the file.
       path: the .xml to write; its folder is created.
-      precision: "float32" or "float16" weights.
+      precision: "float32", "float16" weights, or "int8" (post-training quantization).
       fold_batch_norm: fold every BatchNorm into its conv, as the SavedModel does.
+      calibration_data: int8: TFRecord file pattern of the calibration images.
+      num_calibration_images: int8: how many of them calibrate the activation ranges.
 
     Returns `path`.
 
     Raises:
-      ValueError (one line): a bad precision or a path not ending in .xml.
-      OpenVINOMissingError: openvino is not installed.
+      ValueError (one line): a bad precision, int8 without calibration_data or a path not
+        ending in .xml.
+      OpenVINOMissingError: openvino (or, for int8, nncf) is not installed.
     """
-    check_precision(precision)
+    check_precision(precision, calibration_data)
     if not path.endswith(".xml"):
         raise ValueError("%s: an OpenVINO IR is written as a .xml file (its weights as .bin)"
                          % path)
     ov = openvino_module()
     ir = convert(model, fold_batch_norm)
+    if precision == "int8":
+        from efficientdet_keras.export.openvino_int8 import quantize
+        ir = quantize(ir, model.config, calibration_data, num_calibration_images)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".openvino-", dir=folder)

@@ -18,8 +18,10 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 
 # The formats, each written by the package's exporter (`export_format`): the .tflite files run
 # the detection op's NMS, the SavedModel and OpenVINO the config's, ONNX hard NMS.
-FORMATS = ("saved_model", "onnx", "openvino", "openvino_fp16", "tflite", "tflite_fp16",
-           "tflite_int8")
+FORMATS = ("saved_model", "onnx", "openvino", "openvino_fp16", "openvino_int8", "tflite",
+           "tflite_fp16", "tflite_int8")
+# The precision of each format name's file.
+PRECISION_SUFFIXES = {"fp16": "float16", "int8": "int8"}
 TABLE_COLUMNS = ("format", "AP", "AP50", "latency_ms", "images_per_second", "size_mb",
                  "threads", "nms")
 
@@ -70,17 +72,17 @@ def export_format(model, name: str, folder: str, calibration_pattern: Optional[s
     if name == "onnx":
         from efficientdet_keras.export.onnx import export_onnx
         return export_onnx(model, os.path.join(out, "model.onnx"))
+    precision = PRECISION_SUFFIXES.get(name.rsplit("_", 1)[-1], "float32")
+    if precision == "int8" and not calibration_pattern:
+        raise ValueError("%s needs calibration images: give a TFRecord file pattern "
+                         "(--val_file_pattern)" % name)
     if name.startswith("openvino"):
         from efficientdet_keras.export.openvino import export_openvino
-        return export_openvino(model, os.path.join(out, "model.xml"),
-                               "float16" if name.endswith("fp16") else "float32")
+        return export_openvino(model, os.path.join(out, "model.xml"), precision,
+                               calibration_data=calibration_pattern)
     from efficientdet_keras.export.tflite import export_tflite
-    quantization = {"tflite": "float32", "tflite_fp16": "float16", "tflite_int8": "int8"}[name]
-    if quantization == "int8" and not calibration_pattern:
-        raise ValueError("tflite_int8 needs calibration images: give a TFRecord file pattern "
-                         "(--val_file_pattern)")
     os.makedirs(out, exist_ok=True)
-    return export_tflite(model, os.path.join(out, "model.tflite"), quantization,
+    return export_tflite(model, os.path.join(out, "model.tflite"), precision,
                          representative_data=calibration_pattern)
 
 
@@ -130,7 +132,7 @@ def format_table(model, config, checkpoint: str, formats: Sequence[str], folder:
     `checkpoint`, with `config`), its files written under `folder`.
 
     source, annotation_file: the validation data (a data source; COCO JSON or None for ground
-    truth from the data). calibration_pattern: TFRecords for tflite_int8's calibration.
+    truth from the data). calibration_pattern: TFRecords for the int8 files' calibration.
     batch_size: evaluation batches. throughput_batch, runs, warmup: the timing (see
     Detector.benchmark); image: what is timed (default a random 640x480 image).
     num_threads: the .tflite, ONNX Runtime and OpenVINO threads (None: each runtime's
