@@ -49,6 +49,10 @@ Benchmarks:
                OpenVINO float32/float16/int8, TFLite float32/float16/int8): AP and AP50 on its
                validation images, latency at batch 1, images/s at batch 8 and size
                (benchmarks/formats.py), recorded in --results_file as --results_entry.
+  openvino_int8  the same run's OpenVINO IR quantized to int8 with each NNCF preset, its class
+               and box prediction convolutions quantized or kept in float32: AP and AP50 on the
+               validation images beside float32's (benchmarks/formats.py), recorded in
+               --results_file.
 
 A user's own model is measured by `efficientdet-bench --model=PATH` (Detector.benchmark).
 """
@@ -81,13 +85,14 @@ flags.DEFINE_enum("what", "postprocess",
                   ["postprocess", "pipeline", "eval", "train", "serve", "export", "kills",
                    "tflite",
                    "short_runs", "augment", "speed", "resize", "callbacks", "models",
-                   "formats"],
+                   "formats", "openvino_int8"],
                   "Which benchmark to run.")
 flags.DEFINE_list("models", ["efficientdet-d%s" % d for d in "01234567"] + [
     "efficientdet-d7x"] + ["efficientdet-lite%s" % d for d in ("0", "1", "2", "3", "3x", "4")],
     "models: the models to measure.")
 flags.DEFINE_string("results_file", RESULTS_PATH,
-                    "models, formats: the results file the figures are recorded in.")
+                    "models, formats, openvino_int8: the results file the figures are "
+                    "recorded in.")
 flags.DEFINE_string("results_entry", "format_table_demo",
                     "formats: the entry of the results file the table is recorded as.")
 flags.DEFINE_integer("eval_images", 500, "eval: how many synthetic images to evaluate.")
@@ -104,7 +109,7 @@ flags.DEFINE_enum("kill_signal", "SIGKILL", ["SIGKILL", "SIGTERM", "SIGINT"],
 flags.DEFINE_float("kill_window", 30.0, "kills: each kill comes at a uniform random moment "
                    "this many seconds at most after the restarted run's first step.")
 flags.DEFINE_string("model_dir", os.path.join("runs", "demo"),
-                    "tflite, formats: a trained demo run (config.yaml, checkpoints, "
+                    "tflite, formats, openvino_int8: a trained demo run (config.yaml, checkpoints, "
                     "synthetic/).")
 flags.DEFINE_integer("tflite_threads", TFLITE_THREADS, "tflite: interpreter threads.")
 flags.DEFINE_list("short_runs", ["glyphs", "demo"], "short_runs: which runs (glyphs, demo).")
@@ -651,6 +656,12 @@ def bench_formats(config) -> None:
                           runs=max(10, FLAGS.repeats))
 
 
+def bench_openvino_int8(config) -> None:
+    """The int8 choices of the OpenVINO export, measured (benchmarks/formats.py)."""
+    del config
+    formats.bench_int8_choices(FLAGS.model_dir, FLAGS.results_file)
+
+
 def main(argv):
     del argv
     from efficientdet_keras import get_efficientdet_config
@@ -670,7 +681,7 @@ def main(argv):
      "tflite": bench_tflite, "short_runs": bench_short_runs,
      "augment": bench_augment, "speed": bench_speed, "resize": bench_resize,
      "callbacks": bench_callbacks, "models": bench_models,
-     "formats": bench_formats}[FLAGS.what](config)
+     "formats": bench_formats, "openvino_int8": bench_openvino_int8}[FLAGS.what](config)
 
 
 def run():

@@ -45,3 +45,50 @@ def bench_formats(model_dir: str, results_path: str, entry: str, throughput_batc
     print(table_text(rows, throughput_batch))
     written = record(entry, result_rows(rows), machine_line(), results_path)
     print("Recorded as %r in %s (commit %s)" % (entry, results_path, written["commit"]))
+
+
+# (NNCF preset, whether the class and box prediction convolutions stay in float32): the
+# export's choice last.
+INT8_CHOICES = (("performance", False), ("performance", True), ("mixed", False), ("mixed", True))
+
+
+def bench_int8_choices(model_dir: str, results_path: str,
+                       entry: str = "openvino_int8_choices") -> None:
+    """AP of the demo run's OpenVINO IR in float32 and quantized with each of INT8_CHOICES,
+    all calibrated on the same 100 validation images."""
+    import openvino
+
+    from efficientdet_keras.data.sources import make_source
+    from efficientdet_keras.export.openvino import export_openvino, sidecar_info
+    from efficientdet_keras.export.openvino_int8 import quantize
+    from efficientdet_keras.inference.loading import load_model_and_config
+    from efficientdet_keras.inference.sidecar import sidecar_path
+    from efficientdet_keras.reports.format_table import evaluate_file
+    from efficientdet_keras.utils.fileio import write_json_atomically
+
+    data = demo_validation_data(model_dir)
+    model, config = load_model_and_config(model_dir, "", "", "")
+    folder = scratch_dir("int8_choices_")
+    float32 = export_openvino(model, os.path.join(folder, "float32", "model.xml"))
+
+    def scored(path, preset, float_predictions):
+        metrics = evaluate_file(path, "openvino", make_source(data.val_tfrecord), None, 8,
+                                TFLITE_THREADS)
+        row = {"preset": preset, "float_predictions": float_predictions,
+               "ap": round(float(metrics["AP"]), 4), "ap50": round(float(metrics["AP50"]), 4)}
+        print("%-12s %-18s %7.4f %7.4f" % (preset, float_predictions, row["ap"], row["ap50"]),
+              flush=True)
+        return row
+
+    print("%-12s %-18s %7s %7s" % ("preset", "float predictions", "AP", "AP50"))
+    rows = [scored(float32, "float32", None)]
+    for preset, float_predictions in INT8_CHOICES:
+        ir = quantize(openvino.Core().read_model(float32), config, data.val_tfrecord, 100,
+                      preset, float_predictions)
+        path = os.path.join(folder, "%s-%s" % (preset, float_predictions), "model.xml")
+        os.makedirs(os.path.dirname(path))
+        openvino.save_model(ir, path, compress_to_fp16=False)
+        write_json_atomically(sidecar_path(path), sidecar_info(config, "int8"))
+        rows.append(scored(path, preset, float_predictions))
+    written = record(entry, rows, machine_line(), results_path)
+    print("Recorded as %r in %s (commit %s)" % (entry, results_path, written["commit"]))

@@ -75,9 +75,14 @@ def calibration_inputs(config, file_pattern: str, num_images: int) -> list:
     return [inputs[0] for inputs in calibration_images(config, file_pattern, num_images)]
 
 
-def quantize(ir, config, calibration_data: str, num_images: int = 100):
+def quantize(ir, config, calibration_data: str, num_images: int = 100, preset: str = "mixed",
+             float_predictions: bool = True):
     """The openvino.Model `ir` with int8 convolutions (see the module doc), calibrated on
     the first `num_images` images of the TFRecords matching `calibration_data`.
+
+    preset ("mixed" or "performance": symmetric activations) and float_predictions (keep the
+    prediction convolutions in float32) are the module doc's choices; the other values are
+    there to measure them (`benchmarks/bench.py --what=openvino_int8`).
 
     Raises ValueError (one line) when the pattern gives no image; OpenVINOMissingError when
     nncf is not installed.
@@ -86,13 +91,17 @@ def quantize(ir, config, calibration_data: str, num_images: int = 100):
     images = calibration_inputs(config, calibration_data, num_images)
     if not images:
         raise ValueError("%s: no calibration image found" % calibration_data)
-    levels = config.max_level - config.min_level + 1
-    kept_float = prediction_convolutions(ir)
-    if len(kept_float) != 2 * levels:
-        logging.warning("OpenVINO int8: found %d of the %d class and box prediction "
-                        "convolutions; the others are quantized too",
-                        len(kept_float), 2 * levels)
+    kept_float = []
+    if float_predictions:
+        levels = config.max_level - config.min_level + 1
+        kept_float = prediction_convolutions(ir)
+        if len(kept_float) != 2 * levels:
+            logging.warning("OpenVINO int8: found %d of the %d class and box prediction "
+                            "convolutions; the others are quantized too",
+                            len(kept_float), 2 * levels)
+    presets = {"mixed": nncf.QuantizationPreset.MIXED,
+               "performance": nncf.QuantizationPreset.PERFORMANCE}
     with _nncf_warnings_only():
-        return nncf.quantize(ir, nncf.Dataset(images), preset=nncf.QuantizationPreset.MIXED,
+        return nncf.quantize(ir, nncf.Dataset(images), preset=presets[preset],
                              subset_size=len(images),
                              ignored_scope=nncf.IgnoredScope(names=kept_float))
