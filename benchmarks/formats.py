@@ -1,10 +1,13 @@
-"""`bench.py --what=formats`: a trained demo run in every serving format, recorded for the docs.
+"""`bench.py --what=formats` and `--what=openvino_int8`: a trained demo run in every serving
+format, and the int8 choices of its OpenVINO export, recorded for the docs.
 
 The table is `efficientdet-bench --formats=all`'s (reports/format_table.py): each format
 exported by the package, scored with COCO AP on the run's 100 validation images (the int8 files
 calibrated on them), timed end to end at batch 1 and at a throughput batch, and sized. This
 benchmark runs it on a `--demo` run folder and records the rows in the results file under
 --results_entry, from which the README's and the benchmarks page's format tables are written.
+`bench_int8_choices` scores the run's OpenVINO IR quantized with each NNCF preset, with the
+prediction convolutions quantized or kept in float32 (export/openvino_int8.py).
 """
 
 import os
