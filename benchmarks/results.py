@@ -28,13 +28,15 @@ def load_results(path: str = RESULTS_PATH) -> Dict[str, dict]:
 
 
 def current_commit() -> str:
-    """The checkout's short commit, with "+changes" when files differ from it."""
+    """The checkout's short commit, with "+changes" when files differ from it (the results
+    file aside: benchmarks run one after another write it)."""
     def git(*args):
         return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
                               check=True).stdout.strip()
     try:
         commit = git("rev-parse", "--short", "HEAD")
-        dirty = git("status", "--porcelain", "--untracked-files=no")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                    ":(exclude)%s" % os.path.relpath(RESULTS_PATH, REPO_ROOT))
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return commit + ("+changes" if dirty else "")
