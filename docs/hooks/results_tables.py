@@ -101,6 +101,21 @@ def format_benchmark_table(entry_name: str) -> Callable[[Dict[str, dict]], str]:
     return table
 
 
+def openvino_int8_choices(results: Dict[str, dict]) -> str:
+    """AP of the OpenVINO IR in float32 and quantized with each NNCF choice."""
+    entry = results["openvino_int8_choices"]
+    lines = ["| weights and activations | NNCF preset | prediction convolutions | AP | AP50 |",
+             "|---|---|---|---|---|"]
+    for row in entry["rows"]:
+        if row["float_predictions"] is None:
+            lines.append("| float32 | – | float32 | %.4f | %.4f |" % (row["ap"], row["ap50"]))
+            continue
+        lines.append("| int8 | `%s` | %s | %.4f | %.4f |" % (
+            row["preset"], "float32" if row["float_predictions"] else "int8", row["ap"],
+            row["ap50"]))
+    return "\n".join(lines) + "\n\n" + measured_by(entry) + "\n"
+
+
 def resize_modes_readme(results: Dict[str, dict]) -> str:
     """The front page's letterboxed against stretched frames: AP on 640x480 frames."""
     rows = results["resize_modes_demo"]["rows"]
@@ -117,7 +132,8 @@ TABLES: Dict[str, Callable[[Dict[str, dict]], str]] = {
     "choose_a_model": choose_a_model, "formats_readme": formats_readme,
     "resize_modes_readme": resize_modes_readme,
     "formats_demo": format_benchmark_table("format_table_demo"),
-    "formats_d0_512": format_benchmark_table("format_table_d0_512")}
+    "formats_d0_512": format_benchmark_table("format_table_d0_512"),
+    "openvino_int8_choices": openvino_int8_choices}
 # A number with a decimal point, not part of a word, a version or a longer number.
 DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.])")
 # Requirements, not measurements: "Python 3.10", "TensorFlow >= 2.16".
