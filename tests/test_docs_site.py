@@ -161,6 +161,23 @@ def test_site_builds_in_strict_mode(tmp_path):
     for page in ("config", "cli"):
         assert (site / "reference" / ("%s.html" % page)).stat().st_size > 10000, page
     assert not (site / "hooks").exists()  # The build's code is not published.
+    # A page's GitHub alert is the site's admonition.
+    with open(site / "guides" / "onnx-openvino.html") as f:
+        page = f.read()
+    assert '<div class="admonition warning">' in page and "[!WARNING]" not in page
+
+
+@pytest.mark.quick
+def test_alerts_become_admonitions_outside_code():
+    hook = docs_hook("alerts")
+    page = ("Intro\n\n> [!WARNING]\n> First line,\n>\n> second paragraph.\n\nAfter.\n"
+            "> A plain quote stays.\n```markdown\n> [!NOTE]\n> in code\n```\n"
+            "> [!TIP]\n> Last.")
+    assert hook.admonitions(page) == (
+        "Intro\n\n!!! warning\n    First line,\n\n    second paragraph.\n\nAfter.\n"
+        "> A plain quote stays.\n```markdown\n> [!NOTE]\n> in code\n```\n"
+        "!!! tip\n    Last.")
+    assert set(hook.KINDS) == {"NOTE", "TIP", "IMPORTANT", "WARNING", "CAUTION"}
 
 
 @pytest.mark.parametrize("hook_name", ["config_reference", "cli_reference", "api_reference"])

@@ -2,10 +2,10 @@
 
 A trained model's detections overlap across classes, which an untrained or calibrated one
 seldom shows, and an export check that compares two different NMS algorithms fails only then.
-So each seed trains the demo (`make demo`'s command with its seed and two epochs instead of
-three, enough for overlapping, confident detections) and runs the README's on-device command as
-written, then the ONNX and OpenVINO exports its next paragraph names, each with its parity
-check. The seeds run as separate classes, so that the two workers take one each.
+So each seed trains the demo (`make demo`'s command with a seed) and runs the README's on-device
+command as written, then the ONNX and OpenVINO exports its next paragraph names, each with its
+parity check, which must compare detections, not pass on none: a demo trained for fewer epochs
+scores no detection above the `.tflite` check's 0.3 on its check images. The seeds run as separate classes, so that the two workers take one each.
 """
 
 import os
@@ -51,10 +51,10 @@ def seed_test_class(seed):
     def trained(self, tmp_path_factory):
         """A project folder whose runs/demo is a freshly trained demo of this seed."""
         root = str(tmp_path_factory.mktemp("trained-demo-%d" % seed))
-        result = run("efficientdet-train --demo --model_dir=runs/demo --tf_random_seed=%d "
-                     "--num_epochs=2" % seed, root)
+        result = run("efficientdet-train --demo --model_dir=runs/demo --tf_random_seed=%d"
+                     % seed, root)
         best = re.search(r"Best checkpoint: .* AP ([0-9.]+)\)", result.stdout)
-        assert best and float(best.group(1)) > 0.15, result.stdout[-2000:]
+        assert best and float(best.group(1)) > 0.4, result.stdout[-2000:]
         return root
 
     def test_the_readme_on_device_command_passes_its_check(self, trained):
@@ -62,7 +62,7 @@ def seed_test_class(seed):
             lines = parity_lines(run(command, trained).stdout)
             # Detections of a trained model, compared in the op's own NMS mode.
             compared = re.search(r"(\d+) of (\d+) detections", lines[-1])
-            assert compared and int(compared.group(2)) >= 10, lines
+            assert compared and int(compared.group(2)) >= 5, lines
 
     def test_onnx_and_openvino_exports_pass_their_checks(self, trained):
         command = readme_export_commands()[0]
