@@ -380,5 +380,6 @@ def test_clear_errors(tmp_path, monkeypatch):
         image_size=[64, 64], num_classes=4, min_level=3, max_level=7, num_scales=3,
         aspect_ratios=[1.0], anchor_scale=4.0, outputs="raw")))
     monkeypatch.setitem(sys.modules, "ai_edge_litert.interpreter", None)  # Import fails.
-    with pytest.raises(LiteRTMissingError, match=re.escape(INSTALL_HINT)):
+    with pytest.raises(LiteRTMissingError, match=r"^running a \.tflite file needs ai-edge-litert "
+                                                 r"\(.+\): " + re.escape(INSTALL_HINT)):
         TFLiteDetector(str(no_sidecar))

@@ -40,6 +40,7 @@ from efficientdet_keras.inference.onnx_runner import INSTALL_HINT, ONNXMissingEr
 from efficientdet_keras.inference.serving_graph import DetectionModule, float32_serving_network
 from efficientdet_keras.inference.sidecar import model_info, sidecar_path
 from efficientdet_keras.model.weights import averaged_weights
+from efficientdet_keras.utils.extras import import_extra
 from efficientdet_keras.utils.fileio import write_bytes_atomically, write_json_atomically
 
 # The file efficientdet-export --format=onnx writes in --export_dir (sidecar: + ".json").
@@ -90,11 +91,7 @@ def check_opset(opset: int) -> None:
 
 
 def _tf2onnx():
-    try:
-        import tf2onnx
-    except ImportError as e:
-        raise ONNXMissingError("ONNX export needs tf2onnx (%s): %s" % (e, INSTALL_HINT)) from None
-    return tf2onnx
+    return import_extra("tf2onnx", "ONNX export", ONNXMissingError, INSTALL_HINT)
 
 
 def sidecar_info(config, opset: int) -> dict:

@@ -20,6 +20,7 @@ import logging
 from typing import List
 
 from efficientdet_keras.inference.openvino_runner import INSTALL_HINT, OpenVINOMissingError
+from efficientdet_keras.utils.extras import import_extra
 
 # How far (in single-consumer steps: bias add, layout transpose) a prediction convolution's
 # output is from the reshape into per-anchor outputs.
@@ -28,12 +29,8 @@ _MAX_STEPS_TO_RESHAPE = 3
 
 def nncf_module():
     """The nncf package, or a one-line install hint."""
-    try:
-        import nncf
-    except ImportError as e:
-        raise OpenVINOMissingError("OpenVINO int8 quantization needs nncf (%s): %s"
-                                   % (e, INSTALL_HINT)) from None
-    return nncf
+    return import_extra("nncf", "OpenVINO int8 quantization", OpenVINOMissingError,
+                        INSTALL_HINT)
 
 
 def prediction_convolutions(ir) -> List[str]:

@@ -16,6 +16,7 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 
 from efficientdet_keras.inference.graph_file_runner import INPUT_NAME, GraphFileDetector
+from efficientdet_keras.utils.extras import import_extra
 
 INSTALL_HINT = 'pip install "efficientdet_keras[onnx]"'
 
@@ -26,12 +27,7 @@ class ONNXMissingError(ImportError, ValueError):
 
 
 def _onnxruntime():
-    try:
-        import onnxruntime
-    except ImportError as e:
-        raise ONNXMissingError("running an .onnx file needs onnxruntime (%s): %s"
-                               % (e, INSTALL_HINT)) from None
-    return onnxruntime
+    return import_extra("onnxruntime", "running an .onnx file", ONNXMissingError, INSTALL_HINT)
 
 
 class ONNXDetector(GraphFileDetector):

@@ -17,6 +17,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from efficientdet_keras.inference.graph_file_runner import OUTPUT_NAMES, GraphFileDetector
+from efficientdet_keras.utils.extras import import_extra
 
 INSTALL_HINT = 'pip install "efficientdet_keras[openvino]"'
 DEVICE = "CPU"
@@ -28,12 +29,7 @@ class OpenVINOMissingError(ImportError, ValueError):
 
 def openvino_module():
     """The openvino package, or a one-line install hint."""
-    try:
-        import openvino
-    except ImportError as e:
-        raise OpenVINOMissingError("an OpenVINO model needs openvino (%s): %s"
-                                   % (e, INSTALL_HINT)) from None
-    return openvino
+    return import_extra("openvino", "an OpenVINO model", OpenVINOMissingError, INSTALL_HINT)
 
 
 class OpenVINODetector(GraphFileDetector):

@@ -28,6 +28,7 @@ import numpy as np
 from efficientdet_keras.detection.box_scales import image_box_factors, plain_scale
 from efficientdet_keras.inference import sidecar
 from efficientdet_keras.inference.sidecar import config_from_sidecar
+from efficientdet_keras.utils.extras import import_extra
 
 
 SIGNATURE = "serving_default"
@@ -58,12 +59,9 @@ def read_sidecar(tflite_path: str) -> dict:
 
 def _interpreter_class():
     """(Interpreter, OpResolverType) from ai-edge-litert, or a one-line install hint."""
-    try:
-        from ai_edge_litert.interpreter import Interpreter, OpResolverType
-    except ImportError as e:
-        raise LiteRTMissingError("running a .tflite file needs ai-edge-litert (%s): %s"
-                                 % (e, INSTALL_HINT)) from None
-    return Interpreter, OpResolverType
+    interpreter = import_extra("ai_edge_litert.interpreter", "running a .tflite file",
+                               LiteRTMissingError, INSTALL_HINT, distribution="ai-edge-litert")
+    return interpreter.Interpreter, interpreter.OpResolverType
 
 
 def letterbox_uint8(image, image_size: Sequence[int], mean_rgb: Sequence[float],
