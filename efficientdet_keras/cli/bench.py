@@ -91,6 +91,14 @@ def format_benchmark():
     if not (FLAGS.val_file_pattern or (FLAGS.val_json_file and FLAGS.image_dir)):
         raise ValueError("--formats needs validation data: --val_file_pattern, or "
                          "--val_json_file with --image_dir")
+    int8 = [name for name in formats if format_table.format_precision(name) == "int8"]
+    if int8 and not FLAGS.val_file_pattern:  # Calibration reads TFRecords.
+        if FLAGS.formats != ["all"]:
+            raise ValueError("--formats: %s calibrate on TFRecords: give --val_file_pattern"
+                             % ", ".join(int8))
+        print("Skipping %s: int8 calibration reads TFRecords (--val_file_pattern)"
+              % ", ".join(int8))
+        formats = [name for name in formats if name not in int8]
     run_dir = os.path.isdir(FLAGS.model) and os.path.exists(os.path.join(FLAGS.model,
                                                                           CONFIG_FILE))
     model_dir, ckpt = (FLAGS.model, "") if run_dir else ("", FLAGS.model)

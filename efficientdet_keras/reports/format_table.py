@@ -63,6 +63,11 @@ def megabytes(path: str) -> float:
     return size / 1e6
 
 
+def format_precision(name: str) -> str:
+    """The precision of format `name`'s file: float32, float16 or int8."""
+    return PRECISION_SUFFIXES.get(name.rsplit("_", 1)[-1], "float32")
+
+
 def export_format(model, name: str, folder: str, calibration_pattern: Optional[str]) -> str:
     """Writes `model` in format `name` under folder/name; returns the path a Detector loads."""
     out = os.path.join(folder, name)
@@ -72,7 +77,7 @@ def export_format(model, name: str, folder: str, calibration_pattern: Optional[s
     if name == "onnx":
         from efficientdet_keras.export.onnx import export_onnx
         return export_onnx(model, os.path.join(out, "model.onnx"))
-    precision = PRECISION_SUFFIXES.get(name.rsplit("_", 1)[-1], "float32")
+    precision = format_precision(name)
     if precision == "int8" and not calibration_pattern:
         raise ValueError("%s needs calibration images: give a TFRecord file pattern "
                          "(--val_file_pattern)" % name)
