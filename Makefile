@@ -63,6 +63,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py --what=train --image_size=256 --batch_size=4
 	$(BIN)/python benchmarks/bench.py --what=serve --image_size=512
 	$(BIN)/python benchmarks/bench.py --what=tflite --model_dir=runs/demo
+	$(BIN)/python benchmarks/bench.py --what=formats --model_dir=runs/demo
+	$(BIN)/python benchmarks/bench.py --what=openvino_int8 --model_dir=runs/demo
 	$(BIN)/python benchmarks/bench.py --what=short_runs
 	$(BIN)/python benchmarks/bench.py --what=speed --model_dir=runs/demo
 	$(BIN)/python benchmarks/bench.py --what=models --repeats=5
