@@ -32,8 +32,10 @@ def workdir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def d0_raw(workdir):
-    """D0 at a non-square size, with its float32 raw .tflite."""
-    model = confident_model("efficientdet-d0", NON_SQUARE)
+    """D0 at a non-square size, with its float32 raw .tflite (seeded: the same model in
+    every run)."""
+    with keras_seeded(0):
+        model = confident_model("efficientdet-d0", NON_SQUARE)
     path = tflite.export_tflite(model, str(workdir / "d0-raw.tflite"), outputs="raw")
     return model, path
 

@@ -4,7 +4,8 @@ Each check runs the .tflite with the ai-edge-litert interpreter (`TFLiteDetector
 the same letterboxed uint8 images as the reference and returns a `CheckResult` with
 a one-line summary:
   raw_parity        "raw" .tflite vs the Keras model: max abs difference of the class
-                    logits and box codes of every anchor (float32 passes at <= 1e-4).
+                    logits and box codes of every anchor (float32 passes within 1e-4 of
+                    each output's largest magnitude, at least 1).
   detection_parity  "detections" .tflite (TFLite_Detection_PostProcess) vs the detection
                     SavedModel's serving function running the op's own algorithm
                     (`op_nms_method`: hard NMS across classes for the default fast NMS,
@@ -86,19 +87,26 @@ def max_abs_differences(got: Dict[str, np.ndarray], expected: Dict[str, np.ndarr
 def raw_parity(model, tflite_path: str, images: Sequence[np.ndarray],
                tolerance: float = RAW_TOLERANCE) -> CheckResult:
     """Raw outputs of a float "raw" .tflite vs the Keras model (EMA weights swapped in by
-    the caller when the export used them) on uint8 [h, w, 3] `images`."""
+    the caller when the export used them) on uint8 [h, w, 3] `images`.
+
+    Each output passes when its max abs difference is within `tolerance` times its largest
+    magnitude (at least 1): float32 rounding grows with the values, and the logits of a
+    confident model reach +-15, where TFLite and TensorFlow differ by 1e-5 to 1e-4."""
     detector = _detector(tflite_path)
     worst = {"class_outputs": 0.0, "box_outputs": 0.0}
+    scale = {"class_outputs": 1.0, "box_outputs": 1.0}
     for image in images:
         letterboxed, _ = detector.letterbox(image)
-        differences = max_abs_differences(detector.run(letterboxed),
-                                          keras_raw_outputs(model, letterboxed), worst)
+        expected = keras_raw_outputs(model, letterboxed)
+        differences = max_abs_differences(detector.run(letterboxed), expected, worst)
         worst = {key: max(worst[key], differences[key]) for key in worst}
-    passed = max(worst.values()) <= tolerance
-    summary = ("raw outputs vs Keras: max abs difference %.2g (class logits) and %.2g (box "
-               "codes) on %d image(s), tolerance %g: %s"
-               % (worst["class_outputs"], worst["box_outputs"], len(images), tolerance,
-                  "ok" if passed else "FAILED"))
+        scale = {key: max(scale[key], float(np.max(np.abs(expected[key])))) for key in scale}
+    passed = all(worst[key] <= tolerance * scale[key] for key in worst)
+    summary = ("raw outputs vs Keras: max abs difference %.2g (class logits, largest %.3g) and "
+               "%.2g (box codes, largest %.3g) on %d image(s), tolerance %g x the largest "
+               "(at least 1): %s"
+               % (worst["class_outputs"], scale["class_outputs"], worst["box_outputs"],
+                  scale["box_outputs"], len(images), tolerance, "ok" if passed else "FAILED"))
     return CheckResult("raw_parity", passed, summary, worst)
 
 
