@@ -14,9 +14,10 @@ PYTEST_ARGS ?=
 
 # Two workers; each takes whole groups (a test file, or a test class), the longest first by
 # tests/durations.json (tests/scheduling.py).
-PYTEST := $(BIN)/python -m pytest -q -ra -n 2 --dist loadscope --no-loadscope-reorder
+PYTEST_OPTIONS := -q -ra -n 2 --dist loadscope --no-loadscope-reorder
+PYTEST := $(BIN)/python -m pytest $(PYTEST_OPTIONS)
 
-.PHONY: demo test test-quick profile install clean bench docs
+.PHONY: demo test test-quick profile coverage install clean bench docs
 
 install: $(STAMP)
 
@@ -46,6 +47,16 @@ test-quick: $(STAMP) $(CLIENTS_STAMP)
 profile: $(STAMP) $(CLIENTS_STAMP)
 	$(PYTEST) --durations=0 --write-durations=tests/durations.json $(PYTEST_ARGS)
 
+# Line coverage of efficientdet_keras/ over the whole suite, the processes that tests start
+# included (coverage.py's patch=subprocess, setup.cfg): commands start cold, so that each starts
+# coverage itself. Prints the report by module and writes htmlcov/; ends with pytest's status.
+coverage: $(STAMP) $(CLIENTS_STAMP)
+	rm -rf .coverage .coverage.* htmlcov
+	EFFICIENTDET_TEST_WARM=0 $(BIN)/python -m coverage run -m pytest $(PYTEST_OPTIONS) \
+		$(PYTEST_ARGS); status=$$?; \
+	$(BIN)/python -m coverage combine -q && $(BIN)/python -m coverage report && \
+	$(BIN)/python -m coverage html -q; exit $$status
+
 # The docs site in site/; strict, as the test suite builds it: a broken link or reference fails.
 # The generated reference pages are written (and are to be committed) first.
 docs: $(STAMP)
@@ -53,7 +64,7 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf $(VENV) $(CLIENTS) build *.egg-info .pytest_cache site
+	rm -rf $(VENV) $(CLIENTS) build *.egg-info .pytest_cache site .coverage .coverage.* htmlcov
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py --what=postprocess
