@@ -1,8 +1,9 @@
 """benchmarks/results.json: the measured figures the docs quote, each with where it came from.
 
 A benchmark that feeds a docs table records its figures here (`record`): the rows, and the
-date, commit, command and machine of the run. Published figures of other projects sit beside
-them with their `source` instead. The docs build writes the tables of the pages from this
+date, commit, command and machine of the run. An entry may keep its table as the page shows it
+(`columns`, and `rows` of cells) and the figures its section's prose states (`figures`).
+Published figures of other projects sit beside them with their `source` instead. The docs build writes the tables of the pages from this
 file (docs/hooks/results_tables.py), so a page cannot quote a figure no run produced.
 """
 

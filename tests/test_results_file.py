@@ -50,27 +50,47 @@ def test_a_changed_figure_makes_the_table_stale_and_make_docs_rewrites_it():
     assert hook.stale_tables(written, results) == ["choose_a_model"]
 
 
-# The pages whose every decimal figure comes from the results file; the guides and the
-# benchmarks page still quote figures of their own.
-FIGURES_FROM_RESULTS = ("README.md", "docs/index.md", "docs/getting-started.md",
-                        "docs/guides/released-models.md", "docs/contributing.md")
+def pages():
+    return [os.path.relpath(path, REPO_ROOT) for path in docs_hook("results_tables").page_paths()]
 
 
 @pytest.mark.quick
-@pytest.mark.parametrize("page", FIGURES_FROM_RESULTS)
-def test_the_front_pages_quote_no_figure_the_results_file_lacks(page):
-    hook = docs_hook("results_tables")
+@pytest.mark.parametrize("page", pages())
+def test_no_page_states_a_measured_figure_the_results_file_lacks(page):
+    figures = docs_hook("page_figures")
+    if figures.is_settings_page(page):
+        pytest.skip("%s writes out settings, not measurements" % page)
     with open(os.path.join(REPO_ROOT, page), encoding="utf-8") as f:
-        assert hook.unsourced_figures(f.read(), load_results()) == []
+        missing = figures.unsourced_figures(f.read(), load_results(), figures.settings_values())
+    assert missing == [], (
+        "%s states figures that benchmarks/results.json does not hold: %s. A measured figure "
+        "comes from a results entry (date, commit, command, machine); a setting is written in "
+        "the config, a shipped YAML file, or the package's or the tests' code."
+        % (page, ", ".join(missing)))
 
 
 @pytest.mark.quick
 def test_a_figure_is_sourced_only_at_its_own_precision():
-    hook = docs_hook("results_tables")
-    results = {"run": {"rows": [{"ap": 0.7370, "ms": [44.04, 3]}]}}
-    page = ("AP 0.737 (0.74), 44.0 ms; Python 3.10 and TensorFlow >= 2.16 are versions.\n"
-            "But 0.7371 and 44.1 ms are not in it.\n```sh\nrun --score=0.55\n```\n")
-    assert hook.unsourced_figures(page, results) == ["0.7371", "44.1"]
+    figures = docs_hook("page_figures")
+    results = {"run": {"rows": [{"ap": 0.7370, "ms": [44.04, 3]}]},
+               "page": {"columns": ["x"], "rows": [["12.5 min (3 runs)"]],
+                        "figures": {"summed": "105.5 min"}}}
+    page = ("AP 0.737 (0.74), 44.0 ms, 12.5 and 105.5 min; Python 3.10, TensorFlow >= 2.16 and "
+            "ONNX Runtime 1.18 are versions.\nBut 0.7371 and 44.1 ms are not in it, nor 12.6.\n"
+            "```sh\nrun --score=0.55\n```\nInline `--score=0.65` is code. <!-- 0.91 -->\n"
+            "A score of 0.3 is a setting, 0.35 is not.\n")
+    assert figures.unsourced_figures(page, results, settings={"0.3"}) == [
+        "0.7371", "44.1", "12.6", "0.35"]
+
+
+@pytest.mark.quick
+def test_settings_are_the_decimals_the_package_writes_its_settings_with():
+    figures = docs_hook("page_figures")
+    settings = figures.settings_values()
+    # The demo preset's EMA decay, the D0 default learning rate and a score threshold.
+    assert {"0.99", "0.08", "0.3"} <= settings
+    measured_ap = "%.4f" % load_results()["format_table_demo"]["rows"][0]["ap"]
+    assert measured_ap not in settings  # A measured AP is not written in the code.
 
 
 @pytest.mark.quick

@@ -134,36 +134,29 @@ TABLES: Dict[str, Callable[[Dict[str, dict]], str]] = {
     "formats_demo": format_benchmark_table("format_table_demo"),
     "formats_d0_512": format_benchmark_table("format_table_d0_512"),
     "openvino_int8_choices": openvino_int8_choices}
-# A number with a decimal point, not part of a word, a version or a longer number.
-DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.])")
-# Requirements, not measurements: "Python 3.10", "TensorFlow >= 2.16".
-VERSION = re.compile(r"(?:Python|>=)\s+\d+\.\d+")
 
 
-def _numbers(value) -> List[float]:
-    if isinstance(value, bool):
-        return []
-    if isinstance(value, (int, float)):
-        return [float(value)]
-    if isinstance(value, dict):
-        return [n for v in value.values() for n in _numbers(v)]
-    if isinstance(value, list):
-        return [n for v in value for n in _numbers(v)]
-    return []
+def recorded_table(entry: dict) -> str:
+    """The table of an entry that keeps it as the page shows it: `columns` (the headers) and
+    `rows` (lists of cells, text or numbers)."""
+    columns = entry["columns"]
+    lines = ["| %s |" % " | ".join(columns), "|%s" % ("---|" * len(columns))]
+    for row in entry["rows"]:
+        if len(row) != len(columns):
+            raise ValueError("a row of %d cells under %d columns: %r" % (
+                len(row), len(columns), row))
+        lines.append("| %s |" % " | ".join(str(cell) for cell in row))
+    return "\n".join(lines) + "\n"
 
 
-def unsourced_figures(text: str, results: Dict[str, dict]) -> List[str]:
-    """The decimal figures of a page's prose and tables (code blocks and versions aside) that
-    no entry of the results file holds, to the figure's own precision."""
-    known = _numbers([entry.get("rows") for entry in results.values()])
-    prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
-    prose = VERSION.sub("", prose)
-    missing = []
-    for figure in DECIMAL.findall(prose):
-        digits = len(figure.split(".")[1])
-        if not any(round(value, digits) == float(figure) for value in known):
-            missing.append(figure)
-    return missing
+def table_text(name: str, results: Dict[str, dict]) -> str:
+    """Region `name`'s table: one of TABLES, or an entry's recorded table."""
+    if name in TABLES:
+        return TABLES[name](results)
+    if "columns" in results.get(name, {}):
+        return recorded_table(results[name])
+    raise ValueError("no results table %r (known: %s, or an entry with columns)" % (
+        name, ", ".join(TABLES)))
 
 
 def render_regions(text: str, results: Dict[str, dict]) -> str:
@@ -173,10 +166,7 @@ def render_regions(text: str, results: Dict[str, dict]) -> str:
       ValueError: a region names a table this module does not know.
     """
     def replace(match):
-        name = match.group(2)
-        if name not in TABLES:
-            raise ValueError("no results table %r (known: %s)" % (name, ", ".join(TABLES)))
-        return match.group(1) + TABLES[name](results) + match.group(4)
+        return match.group(1) + table_text(match.group(2), results) + match.group(4)
     return REGION.sub(replace, text)
 
 
