@@ -337,14 +337,15 @@ def calibrate_heads(model, images):
 
 
 def confident_model(model_name, image_size, top_score=0.9, max_logit=4.0, max_code=1.0,
-                    **overrides):
+                    network=SMALL_NETWORK, **overrides):
     """A model whose class logits and box codes vary from anchor to anchor (up to about
     +-max_logit around the prior and +-max_code) and whose best class-1 score is
     top_score on its calibration images. The other classes score below ~0.05, so that
-    class-agnostic (TFLite op) and class-aware (SavedModel) NMS agree above 0.3."""
+    class-agnostic (TFLite op) and class-aware (SavedModel) NMS agree above 0.3. `network`:
+    the architecture's overrides (by default the small network)."""
     from efficientdet_keras import EfficientDetNet
     config = tiny_config(model_name, image_size=image_size, batch_norm_momentum=0.0,
-                         **dict(FAST, **overrides))
+                         **dict(network, **overrides))
     model = EfficientDetNet(config=config)
     images = calibration_batch(config)
     model.build_variables()

@@ -21,8 +21,9 @@ import subprocess
 import pytest
 
 from doc_blocks import all_blocks, exempt_commands, written_pages
-from helpers import (CLIENTS_PYTHON, HPARAMS_DIR, REFERENCE_DIR, REPO_ROOT, built_once_per_run,
-                     command_environment, released_models_served, write_backbone_checkpoint)
+from helpers import (CLIENTS_PYTHON, HPARAMS_DIR, REFERENCE_DIR, REPO_ROOT, SMALL_NETWORK_HPARAMS,
+                     built_once_per_run, command_environment, released_models_served,
+                     write_backbone_checkpoint)
 
 WORKED_EXAMPLE = ("docs/guides/training.md", "Fine-tuning a released checkpoint on your own data")
 BLOCKS = all_blocks()
@@ -38,9 +39,11 @@ RUN_COMMANDS = [(b, i, c) for b, i, c in COMMANDS if not any(c.startswith(e) for
 # What each page runs, in its reading order: its Python snippets and its shell commands.
 STEPS = [step for b in BLOCKS for step in ([(b, None, None)] if b.language == "python" else
                                            [s for s in RUN_COMMANDS if s[0] is b])]
-# What the pages' commands expect from an earlier run: runs/demo, here a one-step demo.
+# What the pages' commands expect from an earlier run: runs/demo, here a one-step demo of the
+# small network, so that the exports and evaluations the pages run on it trace a fraction of
+# D0's ops (no page's command trains on runs/demo, which would need the demo's own network).
 TINY_DEMO = ("efficientdet-train --demo --demo_images=8 --num_epochs=1 "
-             "--hparams=steps_per_epoch=1 --model_dir=runs/demo")
+             "--hparams=steps_per_epoch=1,%s --model_dir=runs/demo" % SMALL_NETWORK_HPARAMS)
 # The front page is a front page: a reader finds the quick starts without scrolling far.
 README_MAX_LINES = 215
 

@@ -2,10 +2,12 @@
 
 A trained model's detections overlap across classes, which an untrained or calibrated one
 seldom shows, and an export check that compares two different NMS algorithms fails only then.
-So each seed trains the demo (`make demo`'s command with a seed) and runs the README's on-device
-command as written, then the ONNX and OpenVINO exports its next paragraph names, each with its
-parity check, which must compare detections, not pass on none: a demo trained for fewer epochs
-scores no detection above the `.tflite` check's 0.3 on its check images. The seeds run as separate classes, so that the two workers take one each.
+So each seed trains the demo (`make demo`'s command with a seed, on the small network, whose
+trained detections overlap as D0's do, in less time) and runs the README's on-device command
+as written, then the ONNX and OpenVINO exports its next paragraph names, each with its parity
+check, which must compare detections, not pass on none: a demo trained for fewer epochs scores
+no detection above the `.tflite` check's 0.3 on its check images. The seeds run as separate
+classes, so that the two workers take one each.
 """
 
 import os
@@ -15,7 +17,7 @@ import subprocess
 import pytest
 
 from doc_blocks import README_PATH, page_blocks
-from helpers import command_environment
+from helpers import SMALL_NETWORK_HPARAMS, command_environment
 
 SEEDS = (1, 2)
 SECTION = "On devices and other runtimes"
@@ -51,10 +53,10 @@ def seed_test_class(seed):
     def trained(self, tmp_path_factory):
         """A project folder whose runs/demo is a freshly trained demo of this seed."""
         root = str(tmp_path_factory.mktemp("trained-demo-%d" % seed))
-        result = run("efficientdet-train --demo --model_dir=runs/demo --tf_random_seed=%d"
-                     % seed, root)
+        result = run("efficientdet-train --demo --model_dir=runs/demo --tf_random_seed=%d "
+                     "--hparams=%s" % (seed, SMALL_NETWORK_HPARAMS), root)
         best = re.search(r"Best checkpoint: .* AP ([0-9.]+)\)", result.stdout)
-        assert best and float(best.group(1)) > 0.4, result.stdout[-2000:]
+        assert best and float(best.group(1)) > 0.3, result.stdout[-2000:]  # It trained.
         return root
 
     def test_the_readme_on_device_command_passes_its_check(self, trained):
