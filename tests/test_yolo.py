@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from efficientdet_keras.data.formats.yolo import (YoloDataset, label_path_for, load_yolo_records,
-                                          orphan_label_files, read_yolo_yaml)
+from efficientdet_keras.data.formats.yolo import (label_path_for, load_yolo_records,
+                                                  orphan_label_files)
+from efficientdet_keras.data.formats.yolo_yaml import YoloDataset, read_yolo_yaml
 
 pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
 

@@ -311,14 +311,15 @@ def _yolo_yaml(folder: str) -> Optional[str]:
 
 def yolo_dataset(yaml_file: str) -> Dataset:
     """An Ultralytics data.yaml with its images/ and labels/ (see `data.formats.yolo`)."""
-    from efficientdet_keras.data.formats import yolo
-    layout = yolo.read_yolo_yaml(yaml_file)
+    from efficientdet_keras.data.formats.yolo import load_yolo_records
+    from efficientdet_keras.data.formats.yolo_yaml import read_yolo_yaml
+    layout = read_yolo_yaml(yaml_file)
     classes = indexed_classes(layout.names)
     skipped = collections.Counter()
 
     def loader(image_paths):
         def load():
-            records = yolo.load_yolo_records(image_paths, len(layout.names), skipped)
+            records = load_yolo_records(image_paths, len(layout.names), skipped)
             return RecordsSource(records)
         return load
 

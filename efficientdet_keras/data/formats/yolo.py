@@ -1,7 +1,7 @@
-"""Ultralytics / YOLO detection datasets (a data.yaml, images/ and labels/) into ImageRecords.
+"""YOLO label files into ImageRecords, with the images they belong to.
 
-Layout read (the one Ultralytics and Roboflow's "YOLOv5/v8" exports write):
-  <root>/data.yaml            path, train, val, test, names, nc
+Layout read (the one Ultralytics and Roboflow's "YOLOv5/v8" exports write; the data.yaml
+naming the images is read by `data.formats.yolo_yaml`):
   <root>/images/<split>/a.jpg the images (any folder depth)
   <root>/labels/<split>/a.txt one object per line: `class cx cy w h`, 0-based class, centre and
                               size normalised to 0..1 (or `class x1 y1 x2 y2 ...`, a polygon)
@@ -12,22 +12,20 @@ and label files without their image are skipped with a warning naming the file (
 """
 
 import collections
-import dataclasses
 import os
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 from absl import logging
 
 from efficientdet_keras.data.formats.records import ImageRecord, empty_annotations
+from efficientdet_keras.data.formats.yolo_yaml import IMAGE_EXTENSIONS
 
 # Coordinates may overshoot 0..1 by this much (rounding in exporters, boxes drawn up to the
 # border) and are clipped; beyond it the line is taken for a mistake (pixels written instead
 # of fractions, a wrong image size) and skipped.
 _COORDINATE_TOLERANCE = 0.01
 
-_IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
-_SPLIT_KEYS = ("train", "val", "test")
 # labelImg and YOLO-mark keep the class names in the labels folder: not a label file.
 _NOT_LABEL_FILES = ("classes.txt",)
 
@@ -41,65 +39,6 @@ _BAD_LABEL_FILE = "label file cannot be read"
 _ORPHAN = "label file without its image"
 # Named warnings per kind of problem; the rest are counted in the summary line.
 _WARNINGS_PER_KIND = 20
-
-
-@dataclasses.dataclass
-class YoloDataset:
-    """What a data.yaml describes.
-
-    splits: {"train": [image paths], "val": [...], "test": [...]}, the splits the file names.
-    names: the class names, indexed by YOLO class id (0-based); model class id = index + 1.
-    """
-    yaml_path: str
-    root: str
-    splits: Dict[str, List[str]]
-    names: List[str]
-
-
-def read_yolo_yaml(path: str) -> YoloDataset:
-    """Reads an Ultralytics data.yaml.
-
-    `path` is the dataset root (relative to the yaml's folder; the yaml's folder when absent).
-    Each of train (required), val and test is a folder of images (searched recursively), a .txt
-    file listing image paths one per line (relative paths are relative to the root), or a list
-    of these. As Ultralytics does for Roboflow's exports (`train: ../train/images` beside a
-    data.yaml in the dataset folder), a "../" path that does not exist is tried without it.
-    `names` is a list or a {0: name, 1: ...} dict; `nc`, when given, must equal its length.
-
-    A test split whose folder does not exist is left out with a warning.
-
-    Raises:
-      FileNotFoundError naming the yaml, or the key and the path that does not exist.
-      ValueError naming the yaml and the key for missing or malformed keys, and for a folder
-      without images.
-    """
-    import yaml  # Only this reader needs it; importing the data package stays light.
-    if not os.path.isfile(path):
-        raise FileNotFoundError("YOLO data.yaml not found: %s" % path)
-    try:
-        with open(path, encoding="utf-8-sig") as f:
-            data = yaml.safe_load(f)
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise ValueError("%s is not valid YAML: %s" % (path, e)) from None
-    if not isinstance(data, dict):
-        raise ValueError("%s: expected a mapping with train, val and names keys" % path)
-    root = _root(path, data.get("path"))
-    names = _names(path, data)
-    if not data.get("train"):
-        raise ValueError("%s: no 'train' key (a folder of images, a .txt list of them, or a "
-                         "list of these)" % path)
-    splits = {}
-    for key in _SPLIT_KEYS:
-        if not data.get(key):
-            continue
-        try:
-            splits[key] = _split_images(path, root, key, data[key])
-        except FileNotFoundError as e:
-            if key != "test":
-                raise
-            # Exports write a test line even when they hold no test images; it is not needed.
-            logging.warning("%s; reading the dataset without its test split", e)
-    return YoloDataset(path, root, splits, names)
 
 
 def label_path_for(image_path: str) -> str:
@@ -217,7 +156,7 @@ def _orphans(image_paths: Sequence[str]) -> List[Tuple[str, str]]:
         if label_folder == image_folder or not os.path.isdir(label_folder):
             continue
         image_stems = {os.path.splitext(name)[0] for name in _listdir(image_folder)
-                       if name.lower().endswith(_IMAGE_EXTENSIONS)}
+                       if name.lower().endswith(IMAGE_EXTENSIONS)}
         for name in sorted(_listdir(label_folder)):
             label = os.path.join(label_folder, name)
             if (name.lower().endswith(".txt") and name not in _NOT_LABEL_FILES
@@ -225,81 +164,6 @@ def _orphans(image_paths: Sequence[str]) -> List[Tuple[str, str]]:
                     and os.path.isfile(label)):
                 orphans.append((label, image_folder))
     return orphans
-
-
-def _root(yaml_path: str, value) -> str:
-    folder = os.path.dirname(os.path.abspath(yaml_path))
-    if value is None or value == "":
-        return folder
-    if not isinstance(value, str):
-        raise ValueError("%s: 'path' must be a folder, not %r" % (yaml_path, value))
-    root = os.path.normpath(os.path.join(folder, os.path.expanduser(value)))
-    if not os.path.isdir(root):
-        raise FileNotFoundError("%s: 'path': dataset folder %s does not exist" % (yaml_path, root))
-    return root
-
-
-def _names(yaml_path: str, data: dict) -> List[str]:
-    names = data.get("names")
-    if isinstance(names, dict):
-        try:
-            by_id = {int(k): str(v) for k, v in names.items()}
-        except (TypeError, ValueError):
-            raise ValueError("%s: 'names' keys must be class ids 0, 1, ..." % yaml_path) from None
-        if sorted(by_id) != list(range(len(by_id))):
-            raise ValueError("%s: 'names' must number the classes 0..%d without gaps, got ids %s"
-                             % (yaml_path, len(by_id) - 1, sorted(by_id)))
-        names = [by_id[i] for i in range(len(by_id))]
-    elif isinstance(names, (list, tuple)):
-        names = [str(name) for name in names]
-    else:
-        raise ValueError("%s: 'names' must be a list of class names or a {0: name, ...} mapping%s"
-                         % (yaml_path, "" if names is None else ", not %r" % (names,)))
-    if not names:
-        raise ValueError("%s: 'names' lists no classes" % yaml_path)
-    nc = data.get("nc")
-    if nc is not None and (isinstance(nc, bool) or nc != len(names)):
-        raise ValueError("%s: 'nc' is %r but 'names' has %d classes" % (yaml_path, nc, len(names)))
-    return names
-
-
-def _split_images(yaml_path: str, root: str, key: str, value) -> List[str]:
-    sources = value if isinstance(value, (list, tuple)) else [value]
-    images = []
-    for source in sources:
-        if not isinstance(source, str) or not source:
-            raise ValueError("%s: '%s' must be a folder, a .txt list of images or a list of "
-                             "these, not %r" % (yaml_path, key, source))
-        images.extend(_images_of(yaml_path, root, key, source))
-    return images
-
-
-def _images_of(yaml_path: str, root: str, key: str, source: str) -> List[str]:
-    path = os.path.normpath(os.path.join(root, os.path.expanduser(source)))
-    if not os.path.exists(path) and source.startswith("../"):
-        path = os.path.normpath(os.path.join(root, source[3:]))
-    if os.path.isdir(path):
-        images = _images_in(path)
-        if not images:
-            raise ValueError("%s: '%s': %s holds no images (%s)" % (
-                yaml_path, key, path, ", ".join(e[1:] for e in _IMAGE_EXTENSIONS)))
-        return images
-    if os.path.isfile(path):
-        if not path.lower().endswith(".txt"):
-            raise ValueError("%s: '%s': %s is neither a folder nor a .txt list of images"
-                             % (yaml_path, key, path))
-        with open(path, encoding="utf-8-sig") as f:
-            return [os.path.normpath(os.path.join(root, line.strip()))
-                    for line in f if line.strip()]
-    raise FileNotFoundError("%s: '%s': %s does not exist" % (yaml_path, key, path))
-
-
-def _images_in(folder: str) -> List[str]:
-    found = []
-    for parent, _, files in os.walk(folder):
-        found.extend(os.path.join(parent, name) for name in files
-                     if name.lower().endswith(_IMAGE_EXTENSIONS))
-    return sorted(found)
 
 
 def _listdir(folder: str) -> List[str]:
