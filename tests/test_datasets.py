@@ -12,7 +12,8 @@ from dataset_layouts import NAMES
 from efficientdet_keras import get_efficientdet_config
 from efficientdet_keras.data.formats.classes import (classes_into_config, coco_classes,
                                              named_classes)
-from efficientdet_keras.data.datasets import open_dataset, read_label_map_file
+from efficientdet_keras.data.datasets import open_dataset
+from efficientdet_keras.data.formats.label_map import read_label_map_file
 
 LAYOUTS = {
     "coco": (dataset_layouts.write_coco_folder, "COCO JSON", {"train": "train", "val": "val"}),

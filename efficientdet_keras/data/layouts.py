@@ -1,0 +1,179 @@
+"""Each dataset layout `open_dataset` finds, read into a Dataset: COCO JSON (Roboflow's
+included), a YOLO data.yaml, a Pascal VOC year folder and TFRecord files with a label map.
+
+Each split's records are read when its source is first asked for; the classes are read at once.
+"""
+
+import collections
+import dataclasses
+import glob
+import os
+from typing import Dict, List, Sequence
+
+from efficientdet_keras.data.dataset_object import Dataset, DataSplit
+from efficientdet_keras.data.formats.classes import (DataClasses, coco_classes, indexed_classes,
+                                                     named_classes)
+from efficientdet_keras.data.formats.coco_json import parse_coco_file
+from efficientdet_keras.data.formats.label_map import read_label_map_file
+from efficientdet_keras.data.formats.records import ImageRecord
+from efficientdet_keras.data.sources import RecordsSource, TFRecordSource
+from efficientdet_keras.data.split_names import SPLITS, split_name
+
+_IMAGE_DIR_NAMES = ("images", "JPEGImages", "img", "imgs")
+_LABEL_MAP_FILES = ("label_map.json", "label_map.yaml", "label_map.yml", "label_map.pbtxt")
+
+
+# --- COCO JSON ------------------------------------------------------------------------------
+
+def coco_dataset(path: str, splits: Dict[str, tuple], data_format: str = "coco") -> Dataset:
+    """COCO JSON files, {split: (json file, image folder or None to find it)}.
+
+    The classes are the categories of the first split's file (train's when there is one);
+    a split whose categories differ is an error naming both files.
+    """
+    from efficientdet_keras.data.formats.coco_records import load_coco_records
+    ordered = sorted(splits, key=lambda s: SPLITS.index(s) if s in SPLITS else len(SPLITS))
+    first_file = splits[ordered[0]][0]
+    first = parse_coco_file(first_file)
+    try:
+        classes = coco_classes(first.get("categories") or [], first["annotations"])
+    except ValueError as e:
+        raise ValueError("%s: %s" % (first_file, e)) from None
+    skipped = collections.Counter()
+    shift = {data_id: model_id for model_id, data_id in classes.data_ids.items()}
+
+    def loader(json_file, image_dir):
+        def load():
+            data = parse_coco_file(json_file)
+            if json_file != first_file:
+                _check_same_categories(json_file, data, first_file, first)
+            folder = image_dir or find_image_dir(json_file, data)
+            records = load_coco_records(json_file, folder, skipped)
+            return RecordsSource([_with_model_ids(r, shift) for r in records])
+        return load
+
+    found = {}
+    for name in ordered:
+        json_file, image_dir = splits[name]
+        found[name] = DataSplit(name, json_file, loader(json_file, image_dir))
+    return Dataset(path, data_format, classes, found, skipped)
+
+
+def _check_same_categories(json_file: str, data: dict, first_file: str, first: dict) -> None:
+    def categories(d):
+        return {(c.get("id"), c.get("name")) for c in d.get("categories") or []
+                if isinstance(c, dict)}
+    if categories(data) != categories(first):
+        raise ValueError("%s and %s list different categories; the splits of a dataset share "
+                         "their classes" % (json_file, first_file))
+
+
+def _with_model_ids(record: ImageRecord, model_ids: Dict[int, int]) -> ImageRecord:
+    """The record with its category ids as model ids (ids the categories do not list stay
+    as they are, for the pipeline's checks to name)."""
+    if all(model_ids.get(int(c), c) == c for c in record.classes):
+        return record
+    classes = record.classes.copy()
+    for i, c in enumerate(record.classes):
+        classes[i] = model_ids.get(int(c), c)
+    return dataclasses.replace(record, classes=classes)
+
+
+def find_image_dir(json_file: str, data: dict) -> str:
+    """The folder the images of a COCO JSON are in: beside it, in images/, or in a folder
+    named after the file (annotations/instances_val2017.json -> val2017/), found by the
+    first image's file_name.
+
+    Raises:
+      ValueError naming the file and the folders looked in.
+    """
+    here = os.path.dirname(os.path.abspath(json_file))
+    parent = os.path.dirname(here)
+    stem = os.path.splitext(os.path.basename(json_file))[0]
+    split_folder = stem.split("_", 1)[1] if "_" in stem else stem
+    candidates = [here] + [os.path.join(here, d) for d in _IMAGE_DIR_NAMES]
+    candidates += [os.path.join(parent, split_folder), os.path.join(parent, "images", split_folder)]
+    candidates += [os.path.join(parent, d) for d in _IMAGE_DIR_NAMES]
+    names = [im["file_name"] for im in data["images"][:20]
+             if isinstance(im, dict) and isinstance(im.get("file_name"), str)]
+    if not names:
+        return here
+    for folder in candidates:
+        if any(os.path.isfile(os.path.join(folder, name)) for name in names):
+            return folder
+    raise ValueError("%s: cannot find its images (such as %s) in %s"
+                     % (json_file, names[0], ", ".join(sorted(set(candidates)))))
+
+
+# --- YOLO -----------------------------------------------------------------------------------
+
+def yolo_dataset(yaml_file: str) -> Dataset:
+    """An Ultralytics data.yaml with its images/ and labels/ (see `data.formats.yolo`)."""
+    from efficientdet_keras.data.formats.yolo import load_yolo_records
+    from efficientdet_keras.data.formats.yolo_yaml import read_yolo_yaml
+    layout = read_yolo_yaml(yaml_file)
+    classes = indexed_classes(layout.names)
+    skipped = collections.Counter()
+
+    def loader(image_paths):
+        def load():
+            records = load_yolo_records(image_paths, len(layout.names), skipped)
+            return RecordsSource(records)
+        return load
+
+    splits = {}
+    for name, image_paths in layout.splits.items():
+        split = split_name(name) or name
+        splits[split] = DataSplit(split, "%s: %s" % (os.path.basename(yaml_file), name),
+                                  loader(image_paths))
+    return Dataset(yaml_file, "yolo", classes, splits, skipped)
+
+
+# --- Pascal VOC -----------------------------------------------------------------------------
+
+def voc_dataset(voc_root: str) -> Dataset:
+    """A VOC year folder: train and val (else trainval as train) and test from
+    ImageSets/Main; the classes are the object names of its annotations."""
+    from efficientdet_keras.data.formats.voc import load_voc_records, voc_object_names
+    main = os.path.join(voc_root, "ImageSets", "Main")
+    present = [s for s in ("train", "val", "trainval", "test")
+               if os.path.isfile(os.path.join(main, s + ".txt"))]
+    files = {"val": "val", "test": "test"}
+    files["train"] = "train" if "train" in present else "trainval"
+    files = {split: name for split, name in files.items() if name in present}
+    if not files:
+        raise ValueError("%s has no train.txt, val.txt, trainval.txt or test.txt" % main)
+    classes = named_classes(voc_object_names(voc_root, list(files.values())))
+
+    def loader(split_file):
+        return lambda: RecordsSource(load_voc_records(voc_root, split_file, classes.names))
+
+    splits = {split: DataSplit(split, os.path.join(main, name + ".txt"), loader(name))
+              for split, name in sorted(files.items(), key=lambda kv: SPLITS.index(kv[0]))}
+    return Dataset(voc_root, "voc", classes, splits)
+
+
+# --- TFRecord -------------------------------------------------------------------------------
+
+def tfrecord_dataset(path: str, files: Sequence[str]) -> Dataset:
+    """TFRecord files split by their names, classes from a label map file beside them."""
+    by_split: Dict[str, List[str]] = {}
+    for f in files:
+        name = split_name(os.path.basename(f)) or ("train" if len(files) == 1 else None)
+        if name:
+            by_split.setdefault(name, []).append(f)
+    if not by_split:
+        raise ValueError("%s: no TFRecord file names its split (train, val or test)" % path)
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    label_map_file = next((os.path.join(folder, n) for n in _LABEL_MAP_FILES
+                           if os.path.isfile(os.path.join(folder, n))), None)
+    if label_map_file is None:
+        raise ValueError("%s: TFRecords carry no class names; put a label map beside them (%s)"
+                         % (path, ", ".join(_LABEL_MAP_FILES)))
+    names = read_label_map_file(label_map_file)
+    classes = DataClasses(names, dict((k, k) for k in names))
+    jsons = {split_name(os.path.basename(f)): f
+             for f in sorted(glob.glob(os.path.join(glob.escape(folder), "*.json")))}
+    splits = {name: DataSplit(name, ",".join(fs), lambda fs=fs: TFRecordSource(fs), jsons.get(name))
+              for name, fs in sorted(by_split.items(), key=lambda kv: SPLITS.index(kv[0]))}
+    return Dataset(path, "tfrecord", classes, splits)

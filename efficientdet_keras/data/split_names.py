@@ -1,0 +1,19 @@
+"""The split a folder or file name stands for: train, val or test, whatever the tool that
+wrote the dataset called it (Roboflow's "valid", COCO's "val2017", "trainval", ...)."""
+
+import re
+from typing import Optional
+
+SPLITS = ("train", "val", "test")
+# The names tools give their splits' folders and files, and the split each one is.
+_SPLIT_WORDS = {"train": "train", "training": "train", "trainval": "train", "val": "val",
+                "valid": "val", "validation": "val", "test": "test", "testing": "test"}
+
+
+def split_name(word: str) -> Optional[str]:
+    """train / val / test for a folder or file name that says which (valid, val2017,
+    instances_train2017.json, voc-val-00000-of-00001.tfrecord), else None."""
+    for token in re.split(r"[^a-z]+", word.lower()):
+        if token in _SPLIT_WORDS:
+            return _SPLIT_WORDS[token]
+    return None
