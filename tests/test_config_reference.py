@@ -1,5 +1,5 @@
-"""The config reference page: every key described, rows that show each key's default and
-allowed values as the code has them, and the allowed values that the checks enforce."""
+"""The config reference page: one row per key that shows its default and allowed values as
+the code has them, and the allowed values that the checks enforce."""
 
 import glob
 import os
@@ -43,25 +43,14 @@ def key_rows(page):
     return rows
 
 
-def test_every_key_has_a_description_and_every_description_a_key(hook):
-    assert hook.missing_descriptions() == []
-
-
-def test_an_undescribed_key_and_a_stale_description_are_reported(hook, monkeypatch):
-    descriptions = dict(hook.KEY_DESCRIPTIONS)
-    del descriptions["batch_size"]
-    descriptions["batch_sise"] = "A key that does not exist."
-    monkeypatch.setattr(hook, "KEY_DESCRIPTIONS", descriptions)
-    assert hook.missing_descriptions() == ["batch_sise", "batch_size"]
-
-
-def test_every_pruning_and_quantization_setting_has_a_row_with_its_default(hook, monkeypatch):
+def test_every_pruning_and_quantization_setting_has_a_row_with_its_default(hook):
     from efficientdet_keras.config.optimization_settings import (PRUNE_DEFAULTS,
                                                                  QUANTIZE_DEFAULTS)
     section = hook.render().split("## Pruning and quantization settings")[1].split("\n## ")[0]
     rows = {cells[0].strip("`"): cells[1:] for cells in (
         [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
         for line in section.splitlines() if line.startswith("| `"))}
+    # The defaults the checks fill in, which the page must show.
     expected = {"model_optimizations.%s.%s" % (kind, key): default
                 for kind, defaults in (("prune", PRUNE_DEFAULTS), ("quantize", QUANTIZE_DEFAULTS))
                 for key, default in defaults.items()}
@@ -69,27 +58,6 @@ def test_every_pruning_and_quantization_setting_has_a_row_with_its_default(hook,
     for key, (default, meaning) in rows.items():
         assert default == "`%s`" % format_value(expected[key]) and meaning, key
     assert rows["model_optimizations.prune.target_sparsity"][0] == "`0.5`"
-    descriptions = dict(hook.SETTING_DESCRIPTIONS)
-    del descriptions["prune.power"]
-    monkeypatch.setattr(hook, "SETTING_DESCRIPTIONS", descriptions)
-    assert hook.missing_descriptions() == ["model_optimizations.prune.power"]
-
-
-def test_a_null_default_without_a_type_is_reported(hook, monkeypatch):
-    types = dict(hook.VALUE_TYPES)
-    del types["steps_per_epoch"]
-    monkeypatch.setattr(hook, "VALUE_TYPES", types)
-    assert hook.missing_descriptions() == ["steps_per_epoch"]
-
-
-def test_the_build_stops_when_a_key_has_no_description(hook, monkeypatch):
-    pytest.importorskip("mkdocs")
-    from mkdocs.exceptions import PluginError
-    descriptions = dict(hook.KEY_DESCRIPTIONS)
-    del descriptions["nms_configs.sigma"]
-    monkeypatch.setattr(hook, "KEY_DESCRIPTIONS", descriptions)
-    with pytest.raises(PluginError, match="nms_configs.sigma"):
-        hook.on_files([], config=None)
 
 
 def test_mkdocs_loads_the_hook_and_gets_the_generated_page(hook, tmp_path):
@@ -178,22 +146,22 @@ def test_clip_gradients_per_tensor_takes_only_true_or_false():
         config["clip_gradients_per_tensor"] = "yes"
 
 
-def test_the_rules_name_the_values_their_consumers_accept():
-    from efficientdet_keras.config import rules
+def test_the_checks_name_the_values_their_consumers_accept():
+    from efficientdet_keras.config.keys import choices
     from efficientdet_keras.config.precision import policy_name
     from efficientdet_keras.detection.losses import IOU_LOSS_TYPES
     from efficientdet_keras.detection.postprocess import NMS_METHODS
     from efficientdet_keras.model.bifpn import FUSION_METHODS
     from efficientdet_keras.model.efficientnet import SCALING
     from efficientdet_keras.training import optimizers, runtime
-    assert rules.FPN_WEIGHT_METHODS == FUSION_METHODS
-    assert rules.OPTIMIZERS == optimizers.OPTIMIZERS
-    assert rules.LR_DECAY_METHODS == optimizers.LR_DECAY_METHODS
-    assert rules.STRATEGIES == runtime.STRATEGIES
-    assert set(rules.BACKBONES) == set(SCALING)
-    assert rules.IOU_LOSS_TYPES == IOU_LOSS_TYPES
-    assert rules.NMS_METHODS == NMS_METHODS
-    for value in rules.MIXED_PRECISION_VALUES:
+    assert choices.FPN_WEIGHT_METHODS == FUSION_METHODS
+    assert choices.OPTIMIZERS == optimizers.OPTIMIZERS
+    assert choices.LR_DECAY_METHODS == optimizers.LR_DECAY_METHODS
+    assert choices.STRATEGIES == runtime.STRATEGIES
+    assert set(choices.BACKBONES) == set(SCALING)
+    assert choices.IOU_LOSS_TYPES == IOU_LOSS_TYPES
+    assert choices.NMS_METHODS == NMS_METHODS
+    for value in choices.MIXED_PRECISION_VALUES:
         policy_name(value)  # Raises for a value the model would refuse.
 
 

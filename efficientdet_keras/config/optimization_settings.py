@@ -1,4 +1,5 @@
-"""The settings of `model_optimizations`: their defaults and checks, as plain data.
+"""The settings of `model_optimizations`: one row each (name, default, meaning), and
+their checks.
 
 `model_optimizations` holds at most one of
   prune:    magnitude pruning (optimization/pruning.py documents the keys)
@@ -9,49 +10,59 @@ imports neither TensorFlow nor tensorflow-model-optimization.
 """
 
 import re
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, NamedTuple, Tuple
+
+from efficientdet_keras.config.keys.checks import is_integer, is_number, number_in
 
 OPTIMIZATIONS = ("prune", "quantize")
 
+
+class Setting(NamedTuple):
+    """One setting of a model_optimizations entry, as the config reference lists it."""
+    name: str
+    default: Any
+    meaning: str
+
+
 PRUNE_SCHEDULES = ("polynomial_decay", "constant_sparsity")
-PRUNE_DEFAULTS: Dict[str, Any] = {
-    "schedule": "polynomial_decay",
-    "target_sparsity": 0.5,
-    "begin_step": 0,
-    "end_step": None,
-    "frequency": 100,
-    "initial_sparsity": 0.0,
-    "power": 3.0,
-    "keep_dense": None,
-}
+PRUNE_SETTINGS: Tuple[Setting, ...] = (
+    Setting("schedule", "polynomial_decay",
+            "polynomial_decay (sparsity rises from initial_sparsity to target_sparsity between "
+            "begin_step and end_step) or constant_sparsity (target_sparsity from begin_step "
+            "on)."),
+    Setting("target_sparsity", 0.5,
+            "The share of zeros reached, then kept, in each pruned kernel, in [0, 1)."),
+    Setting("begin_step", 0, "The first training step that prunes."),
+    Setting("end_step", None,
+            "polynomial_decay: the step where target_sparsity is reached (required); "
+            "constant_sparsity: the last pruning step, -1 (the default there) to the end of "
+            "training."),
+    Setting("frequency", 100, "Training steps between updates of the pruning masks."),
+    Setting("initial_sparsity", 0.0, "polynomial_decay only: the sparsity at begin_step."),
+    Setting("power", 3.0,
+            "polynomial_decay only: the exponent of the ramp (3: fast first, then slow)."),
+    Setting("keep_dense", None,
+            "A regex of variable names never pruned, e.g. '.*-predict/.*' for the prediction "
+            "convolutions; null prunes every prunable kernel (Conv2D kernels and separable "
+            "pointwise kernels; depthwise kernels never)."),
+)
+PRUNE_DEFAULTS: Dict[str, Any] = {setting.name: setting.default for setting in PRUNE_SETTINGS}
 # Keys that only shape the polynomial_decay ramp; constant_sparsity rejects them.
 _POLYNOMIAL_ONLY = ("initial_sparsity", "power")
 _PRUNE_KEY_PREFIX = "model_optimizations.prune."
+# Sparsities and the quantization ranges' decay.
+_FRACTION = number_in(0.0, 1.0)
 
-QUANTIZE_DEFAULTS: Dict[str, Any] = {"per_channel": True, "range_decay": 0.999}
-
-# What each setting means, for the config reference (keys under model_optimizations).
-SETTING_DESCRIPTIONS: Dict[str, str] = {
-    "prune.schedule": "polynomial_decay (sparsity rises from initial_sparsity to "
-                      "target_sparsity between begin_step and end_step) or constant_sparsity "
-                      "(target_sparsity from begin_step on).",
-    "prune.target_sparsity": "The share of zeros reached, then kept, in each pruned kernel, in "
-                             "[0, 1).",
-    "prune.begin_step": "The first training step that prunes.",
-    "prune.end_step": "polynomial_decay: the step where target_sparsity is reached (required); "
-                      "constant_sparsity: the last pruning step, -1 (the default there) to "
-                      "the end of training.",
-    "prune.frequency": "Training steps between updates of the pruning masks.",
-    "prune.initial_sparsity": "polynomial_decay only: the sparsity at begin_step.",
-    "prune.power": "polynomial_decay only: the exponent of the ramp (3: fast first, then slow).",
-    "prune.keep_dense": "A regex of variable names never pruned, e.g. '.*-predict/.*' for the "
-                        "prediction convolutions; null prunes every prunable kernel (Conv2D "
-                        "kernels and separable pointwise kernels; depthwise kernels never).",
-    "quantize.per_channel": "One int8 scale per output channel of each convolution kernel (what "
-                            "TFLite uses for convolutions); false: one scale per kernel.",
-    "quantize.range_decay": "Decay of the moving averages that learn each activation's range "
-                            "(tfmot's value); lower it for short fine-tuning runs.",
-}
+QUANTIZE_SETTINGS: Tuple[Setting, ...] = (
+    Setting("per_channel", True,
+            "One int8 scale per output channel of each convolution kernel (what TFLite uses "
+            "for convolutions); false: one scale per kernel."),
+    Setting("range_decay", 0.999,
+            "Decay of the moving averages that learn each activation's range (tfmot's value); "
+            "lower it for short fine-tuning runs."),
+)
+QUANTIZE_DEFAULTS: Dict[str, Any] = {setting.name: setting.default
+                                     for setting in QUANTIZE_SETTINGS}
 
 
 def check_optimization_settings(settings: Mapping[str, Any]) -> None:
@@ -97,16 +108,14 @@ def resolve_prune_settings(settings: Mapping[str, Any]) -> Dict[str, Any]:
                      "left out: it applies to schedule polynomial_decay only")
         if resolved["end_step"] is None:
             resolved["end_step"] = -1  # tfmot: prune until training ends.
-    _require(_is_fraction(resolved["target_sparsity"]), "target_sparsity",
-             resolved["target_sparsity"], "a number in [0, 1)")
-    _require(_is_fraction(resolved["initial_sparsity"]), "initial_sparsity",
-             resolved["initial_sparsity"], "a number in [0, 1)")
-    _require(_is_int(resolved["begin_step"]) and resolved["begin_step"] >= 0, "begin_step",
+    for key in ("target_sparsity", "initial_sparsity"):
+        _require(_FRACTION.accepts(resolved[key]), key, resolved[key], _FRACTION.allowed)
+    _require(is_integer(resolved["begin_step"]) and resolved["begin_step"] >= 0, "begin_step",
              resolved["begin_step"], "an integer >= 0")
     _check_end_step(resolved)
-    _require(_is_int(resolved["frequency"]) and resolved["frequency"] >= 1, "frequency",
+    _require(is_integer(resolved["frequency"]) and resolved["frequency"] >= 1, "frequency",
              resolved["frequency"], "an integer >= 1")
-    _require(_is_number(resolved["power"]) and resolved["power"] > 0, "power",
+    _require(is_number(resolved["power"]) and resolved["power"] > 0, "power",
              resolved["power"], "a positive number")
     _check_keep_dense(resolved["keep_dense"])
     return resolved
@@ -118,10 +127,10 @@ def _check_end_step(resolved: Dict[str, Any]) -> None:
         _require(end_step is not None, "end_step", end_step,
                  "given for schedule polynomial_decay: the step at which target_sparsity is "
                  "reached")
-        _require(_is_int(end_step) and end_step > begin_step, "end_step", end_step,
+        _require(is_integer(end_step) and end_step > begin_step, "end_step", end_step,
                  "an integer > begin_step (%r)" % (begin_step,))
     else:
-        _require(_is_int(end_step) and (end_step == -1 or end_step > begin_step), "end_step",
+        _require(is_integer(end_step) and (end_step == -1 or end_step > begin_step), "end_step",
                  end_step, "-1 (prune until training ends) or an integer > begin_step (%r)"
                  % (begin_step,))
 
@@ -155,7 +164,7 @@ def check_quantize_settings(settings: Mapping[str, Any]) -> None:
         raise ValueError("model_optimizations.quantize.per_channel must be true or false, got %r"
                          % (settings["per_channel"],))
     decay = settings.get("range_decay", QUANTIZE_DEFAULTS["range_decay"])
-    if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0.0 <= decay < 1.0:
+    if not _FRACTION.accepts(decay):
         raise ValueError("model_optimizations.quantize.range_decay must be in [0, 1), got %r"
                          % (decay,))
 
@@ -163,17 +172,3 @@ def check_quantize_settings(settings: Mapping[str, Any]) -> None:
 def quantize_settings_with_defaults(settings: Mapping[str, Any]) -> Dict[str, Any]:
     """The quantization settings with their defaults filled in (not checked)."""
     return dict(QUANTIZE_DEFAULTS, **dict(settings or {}))
-
-
-# --- value kinds -------------------------------------------------------------
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _is_fraction(value) -> bool:
-    return _is_number(value) and 0 <= value < 1
