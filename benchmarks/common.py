@@ -127,8 +127,8 @@ def tflite_metrics_and_latency(path: str, data, repeats: int, batch_size: int,
     """(COCO metrics of a .tflite file on the validation split, median seconds of one
     interpreter run on one image)."""
     from efficientdet_keras.data.sources import TFRecordSource
-    from efficientdet_keras.evaluation.tflite_evaluation import (TFLiteEvaluation,
-                                                                 pipeline_images_to_uint8)
+    from efficientdet_keras.data.pixels import pipeline_images_to_uint8
+    from efficientdet_keras.evaluation.tflite_evaluation import TFLiteEvaluation
     from efficientdet_keras.inference.tflite_runner import TFLiteDetector
     detector = TFLiteDetector(path, num_threads=num_threads)
     evaluation = TFLiteEvaluation(detector, TFRecordSource(data.val_tfrecord), data.val_json,

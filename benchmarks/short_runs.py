@@ -82,7 +82,7 @@ def run_short_run(name: str, data_dir: str, overrides=None, seed: int = 0,
       overrides: config overrides on top of the preset ("k=v,..." or a dict).
     """
     from efficientdet_keras.data.synthetic import write_synthetic_dataset
-    from efficientdet_keras.training.coco_callback import COCOCallback
+    from efficientdet_keras.training.callbacks.coco_evaluation import COCOCallback
     from efficientdet_keras.training.runtime import run_settings
 
     config, style = short_run_config(name, overrides)

@@ -11,8 +11,8 @@ from efficientdet_keras import EfficientDetNet
 from efficientdet_keras.checkpoint.archive import CheckpointArchive
 from efficientdet_keras.evaluation.continuous import evaluate_continuously
 from efficientdet_keras.evaluation.runner import EvaluationTiming
-from efficientdet_keras.training.checkpoint_callbacks import CheckpointCallback
-from efficientdet_keras.training.coco_callback import COCOCallback
+from efficientdet_keras.training.callbacks.checkpoints import CheckpointCallback
+from efficientdet_keras.training.callbacks.coco_evaluation import COCOCallback
 
 SMALL = SMALL_NETWORK
 

@@ -20,7 +20,7 @@ from efficientdet_keras.data.synthetic import SYNTHETIC_LABEL_MAP, write_synthet
 from efficientdet_keras.utils.drawing import class_colour
 from efficientdet_keras.detection.postprocess import Detections
 from efficientdet_keras.reports.eval_images import SUMMARY_TAG, EvaluationImages
-from efficientdet_keras.training.coco_callback import COCOCallback
+from efficientdet_keras.training.callbacks.coco_evaluation import COCOCallback
 
 pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
 

@@ -1,8 +1,9 @@
-"""MLflow tracking of a training run (reports/mlflow_tracker.py), checked on a real MLflow
-tracking server that this file starts on loopback: the config as parameters, each epoch's
-logs as metrics at their epoch, the run's files as artifacts, one MLflow run across a resume,
-the export logged to it, an unreachable tracker that costs one warning and a few seconds, and
-what mlflow.tensorflow.autolog does with this trainer."""
+"""MLflow tracking of a training run (training/callbacks/mlflow_tracker.py and the
+reports/mlflow_*.py modules it calls), checked on a real MLflow tracking server that this file
+starts on loopback: the config as parameters, each epoch's logs as metrics at their epoch, the
+run's files as artifacts, one MLflow run across a resume, the export logged to it, an
+unreachable tracker that costs one warning and a few seconds, and what
+mlflow.tensorflow.autolog does with this trainer."""
 
 import csv
 import json
@@ -21,10 +22,11 @@ from helpers import REPO_ROOT, absl_info_messages, python, tiny_config
 from efficientdet_keras.config.defaults import default_values
 from efficientdet_keras.config.rules import flatten
 from efficientdet_keras.data.synthetic import SYNTHETIC_LABEL_MAP, write_synthetic_dataset
-from efficientdet_keras.reports import mlflow_tracker
-from efficientdet_keras.reports.mlflow_tracker import (INSTALL_HINT, RUN_RECORD,
-                                                       MLflowMissingError, MLflowTracker,
-                                                       read_run_record)
+from efficientdet_keras.reports.mlflow_calls import (INSTALL_HINT, REQUEST_TIMEOUT_SECONDS,
+                                                     MLflowMissingError)
+from efficientdet_keras.reports.mlflow_export import log_export
+from efficientdet_keras.reports.mlflow_record import RUN_RECORD, read_run_record
+from efficientdet_keras.training.callbacks.mlflow_tracker import MLflowTracker
 
 TRAIN_TOOL = os.path.join(REPO_ROOT, "tools", "train.py")
 EXPORT_TOOL = os.path.join(REPO_ROOT, "tools", "export.py")
@@ -45,7 +47,7 @@ steps_per_epoch: 1
 SERVER_START_SECONDS = 120
 # What one unreachable tracker may cost a run: a black-holed server takes the request
 # timeout twice (one retry); a refused connection or a bad URI much less.
-UNREACHABLE_BUDGET_SECONDS = 2 * mlflow_tracker.REQUEST_TIMEOUT_SECONDS + 3
+UNREACHABLE_BUDGET_SECONDS = 2 * REQUEST_TIMEOUT_SECONDS + 3
 
 
 def free_port() -> int:
@@ -302,8 +304,8 @@ def test_an_unreachable_tracker_leaves_the_training_run_as_it_was(data, tmp_path
 @pytest.mark.quick
 def test_the_tracker_is_asked_for_by_the_config_from_the_chief_only(tmp_path, monkeypatch):
     from efficientdet_keras.cli.common import run_or_exit
-    from efficientdet_keras.reports.results_csv import ResultsCallback
     from efficientdet_keras.training import callbacks as callbacks_module
+    from efficientdet_keras.training.callbacks.results import ResultsCallback
     from efficientdet_keras.training.backup import StepBackup
 
     def kinds(config):
@@ -316,7 +318,8 @@ def test_the_tracker_is_asked_for_by_the_config_from_the_chief_only(tmp_path, mo
     order = kinds(tracked)
     assert order.index(ResultsCallback) < order.index(MLflowTracker) < order.index(StepBackup)
     tracker = callbacks_module.get_callbacks(tracked, str(tmp_path))[order.index(MLflowTracker)]
-    assert (tracker.experiment, tracker.run_name) == ("d0", os.path.basename(str(tmp_path)))
+    assert (tracker.mlflow_run.experiment, tracker.mlflow_run.run_name) == (
+        "d0", os.path.basename(str(tmp_path)))
     monkeypatch.setattr(callbacks_module, "is_chief", lambda strategy: False)
     assert MLflowTracker not in kinds(tracked)  # Other workers of a multi-worker run.
     monkeypatch.undo()
@@ -331,7 +334,7 @@ def test_the_tracker_is_asked_for_by_the_config_from_the_chief_only(tmp_path, mo
         run_or_exit("efficientdet-train", callbacks_module.get_callbacks, tracked, str(tmp_path))
     assert str(exit_.value) == "efficientdet-train: " + message
     assert MLflowTracker not in kinds(tiny_config())
-    assert mlflow_tracker.log_export(str(tmp_path), str(tmp_path / "export")) is None
+    assert log_export(str(tmp_path), str(tmp_path / "export")) is None
 
 
 # A user's script with mlflow.tensorflow.autolog; the imports come in the order its third

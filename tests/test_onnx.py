@@ -21,12 +21,12 @@ from helpers import (FAST, confident_model, overlapping_pairs, printed_metrics, 
                      score_twice, synthetic_images, tiny_config, write_self_labelled_data)
 from efficientdet_keras import Detector, EfficientDetNet, save_ckpt
 from efficientdet_keras.data.pipeline import InputPipeline
+from efficientdet_keras.data.pixels import pipeline_images_to_uint8
 from efficientdet_keras.data.sources import TFRecordSource
 from efficientdet_keras.detection.postprocess import postprocess_detections
 from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
 from efficientdet_keras.evaluation.runner import evaluate_dataset
-from efficientdet_keras.evaluation.tflite_evaluation import (GraphFileEvaluation,
-                                                             pipeline_images_to_uint8)
+from efficientdet_keras.evaluation.tflite_evaluation import GraphFileEvaluation
 
 pytest.importorskip("tf2onnx", reason="tf2onnx (the onnx extra) is not installed")
 pytest.importorskip("onnxruntime", reason="onnxruntime (the onnx extra) is not installed")

@@ -21,7 +21,8 @@ from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
 from efficientdet_keras.detection.postprocess import CocoRows
 from efficientdet_keras.utils import figures
 from efficientdet_keras.reports.pr_curves import plot_precision_recall, precision_recall_curves
-from efficientdet_keras.reports.results_csv import ResultsCallback, read_results
+from efficientdet_keras.reports.results_csv import read_results
+from efficientdet_keras.training.callbacks.results import ResultsCallback
 
 SMALL = SMALL_NETWORK
 EPOCHS = 2
@@ -259,7 +260,7 @@ def test_fit_leaves_best_and_last_for_the_next_command(fitted_run):
 @pytest.mark.quick
 def test_best_and_last_survive_rotation_and_are_not_listed(tmp_path, fitted_run):
     from efficientdet_keras.evaluation.continuous import list_checkpoints
-    from efficientdet_keras.training.checkpoint_callbacks import CheckpointCallback
+    from efficientdet_keras.training.callbacks.checkpoints import CheckpointCallback
     model = fitted_run.model  # Any built model; this one is at hand.
     bias = next(v for v in model.variables if variable_name(v).endswith("class-predict/bias"))
     callback = CheckpointCallback(str(tmp_path), keep=1, archive_keep=1)

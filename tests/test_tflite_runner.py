@@ -19,17 +19,17 @@ from PIL import Image
 from helpers import REPO_ROOT, keras_seeded, python, tiny_config
 from efficientdet_keras import EfficientDetNet
 from efficientdet_keras.data.pipeline import InputPipeline
+from efficientdet_keras.data.pixels import pipeline_images_to_uint8, to_uint8
 from efficientdet_keras.data.sources import TFRecordSource
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
 from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
 from efficientdet_keras.evaluation.runner import evaluate_dataset
-from efficientdet_keras.evaluation.tflite_evaluation import (TFLiteEvaluation,
-                                                             pipeline_images_to_uint8)
+from efficientdet_keras.evaluation.tflite_evaluation import TFLiteEvaluation
 from efficientdet_keras.inference.serving_graph import preprocess_image
 from efficientdet_keras.export.tflite import export_tflite
 from efficientdet_keras.data.augmentation.augment import resize_crop_pad
 from efficientdet_keras.inference.tflite_runner import (INSTALL_HINT, LiteRTMissingError,
-                                                     TFLiteDetector, letterbox_uint8, to_uint8)
+                                                     TFLiteDetector, letterbox_uint8)
 from efficientdet_keras.detection.postprocess import postprocess_detections
 from efficientdet_keras.reports.eval_images import EvaluationImages
 

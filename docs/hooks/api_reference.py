@@ -71,9 +71,11 @@ def summary(obj) -> str:
 
 
 def source_link(dotted: str) -> str:
-    """The module's file, relative to reference/api.md."""
-    module_path = dotted.rsplit(".", 1)[0].replace(".", "/") + ".py"
-    return "../../%s" % module_path
+    """The module's file (a package's __init__.py), relative to reference/api.md."""
+    module_path = dotted.rsplit(".", 1)[0].replace(".", "/")
+    if os.path.isdir(os.path.join(REPO_ROOT, module_path)):
+        module_path += "/__init__"
+    return "../../%s.py" % module_path
 
 
 def render_entry(dotted: str) -> str:

@@ -223,7 +223,7 @@ def export_and_log():
     export()
     copy_class_mapping()
     if FLAGS.model_dir:  # The run's MLflow run, when it was tracked.
-        from efficientdet_keras.reports.mlflow_tracker import log_export
+        from efficientdet_keras.reports.mlflow_export import log_export
         log_export(FLAGS.model_dir, FLAGS.export_dir)
 
 

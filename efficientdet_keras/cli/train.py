@@ -312,8 +312,8 @@ def end_at_second_ctrl_c() -> None:
 
 
 def report_results(callbacks) -> None:
-    from efficientdet_keras.training.checkpoint_callbacks import CheckpointCallback
-    from efficientdet_keras.training.coco_callback import COCOCallback
+    from efficientdet_keras.training.callbacks.checkpoints import CheckpointCallback
+    from efficientdet_keras.training.callbacks.coco_evaluation import COCOCallback
     coco = next((c for c in callbacks if isinstance(c, COCOCallback)), None)
     if coco is not None and coco.history:
         epoch = max(coco.history)

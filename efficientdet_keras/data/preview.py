@@ -17,6 +17,7 @@ from typing import Mapping, Optional
 
 import numpy as np
 
+from efficientdet_keras.data.pixels import pipeline_images_to_uint8
 from efficientdet_keras.utils.drawing import draw_boxes, encode_png, image_grid
 from efficientdet_keras.utils.fileio import write_bytes_atomically
 
@@ -34,14 +35,6 @@ class AugmentedExamples:
     classes: np.ndarray
 
 
-def denormalize(images, config) -> np.ndarray:
-    """uint8 [..., 3] from normalised images (any float dtype): x * stddev_rgb + mean_rgb."""
-    mean = np.asarray(config.mean_rgb, np.float32)
-    stddev = np.asarray(config.stddev_rgb, np.float32)
-    pixels = np.asarray(images, np.float32) * stddev + mean
-    return np.clip(np.round(pixels), 0, 255).astype(np.uint8)
-
-
 def augmented_examples(config, source, count: int, seed: int = 0) -> AugmentedExamples:
     """The first `count` images of the training pipeline (one batch of `count`).
 
@@ -56,7 +49,7 @@ def augmented_examples(config, source, count: int, seed: int = 0) -> AugmentedEx
         raise ValueError("the preview needs at least one image, got count=%d" % count)
     pipeline = InputPipeline(config, source, is_training=True, batch_size=count, seed=seed)
     images, labels = next(iter(pipeline().take(1)))
-    return AugmentedExamples(denormalize(images.numpy(), config),
+    return AugmentedExamples(pipeline_images_to_uint8(images.numpy(), config),
                              labels["groundtruth_boxes"].numpy(),
                              labels["groundtruth_classes"].numpy())
 

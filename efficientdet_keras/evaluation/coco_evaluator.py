@@ -17,7 +17,6 @@ installed).
 
 import contextlib
 import copy
-import dataclasses
 import io
 from typing import Dict, List, Mapping, Optional
 
@@ -26,30 +25,13 @@ import numpy as np
 from efficientdet_keras.data.formats.image_ids import ImageId, image_id_to_int64
 from efficientdet_keras.data.formats.coco_json import coco_image_ids, read_coco_json
 from efficientdet_keras.evaluation.id_check import check_ids_match
+from efficientdet_keras.detection.precision_table import AccumulatedPrecision
 from efficientdet_keras.detection.postprocess import (CocoRows, Detections, box_scale_factors,
                                                       to_coco_rows)
 
 METRIC_NAMES = ("AP", "AP50", "AP75", "APs", "APm", "APl",
                 "ARmax1", "ARmax10", "ARmax100", "ARs", "ARm", "ARl")
 BACKENDS = ("auto", "pycocotools", "faster_coco_eval")
-
-
-@dataclasses.dataclass
-class AccumulatedPrecision:
-    """The precision table of one COCO evaluation (pycocotools' `eval["precision"]`).
-
-    precision: [T, R, K, A, M] precision at IoU threshold t, recall threshold r, category k,
-      area range a (0: all) and detection limit m (-1: 100); -1 where category k has no
-      ground truth.
-    iou_thresholds: [T] (0.5, 0.55, ..., 0.95). recall_thresholds: [R] (0, 0.01, ..., 1).
-    category_ids: [K] the category of each k. names: [K] their names (the label map's, else
-      the id as text).
-    """
-    precision: np.ndarray
-    iou_thresholds: np.ndarray
-    recall_thresholds: np.ndarray
-    category_ids: List[int]
-    names: List[str]
 
 
 def faster_coco_eval_available() -> bool:

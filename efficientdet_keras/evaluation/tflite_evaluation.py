@@ -15,19 +15,13 @@ import numpy as np
 
 from efficientdet_keras.config.label_maps import label_names
 from efficientdet_keras.data.pipeline import InputPipeline
+from efficientdet_keras.data.pixels import pipeline_images_to_uint8
 from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
 from efficientdet_keras.evaluation.id_check import check_source_ids_match
 from efficientdet_keras.evaluation.runner import (evaluate_dataset, flip_tta_fns,
                                                    stack_detections)
 from efficientdet_keras.inference.graph_file_runner import GraphFileDetector, split_outputs
-from efficientdet_keras.inference.tflite_runner import TFLiteDetector, to_uint8
-
-
-def pipeline_images_to_uint8(images, config) -> np.ndarray:
-    """Normalised pipeline images [B, H, W, 3] -> the letterboxed uint8 images [B, H, W, 3]."""
-    mean = np.asarray(config.mean_rgb, np.float32)
-    stddev = np.asarray(config.stddev_rgb, np.float32)
-    return to_uint8(np.asarray(images, np.float32) * stddev + mean)
+from efficientdet_keras.inference.tflite_runner import TFLiteDetector
 
 
 def file_detect_fns(detector, run_batch):

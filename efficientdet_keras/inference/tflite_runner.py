@@ -91,7 +91,7 @@ def letterbox_tensors(image, image_size: Sequence[int], mean_rgb: Sequence[float
                       stretch: bool = False):
     """`letterbox_uint8` in TensorFlow ops (eager or traced): (uint8 [H, W, 3], float32 scale).
 
-    Rounds as `to_uint8` does (half to even, then clipped to 0..255).
+    Rounds as `data.pixels.to_uint8` does (half to even, then clipped to 0..255).
     """
     import tensorflow as tf
     from efficientdet_keras.data.augmentation.augment import resize_crop_pad
@@ -101,11 +101,6 @@ def letterbox_tensors(image, image_size: Sequence[int], mean_rgb: Sequence[float
                                            normalize=lambda x: x - mean, stretch=stretch)
     pixels = tf.clip_by_value(tf.round(shifted + mean), 0.0, 255.0)
     return tf.cast(pixels, tf.uint8), scale
-
-
-def to_uint8(image) -> np.ndarray:
-    """Rounds float pixel values (0..255) to uint8, clipping what resizing overshoots."""
-    return np.clip(np.round(np.asarray(image, np.float32)), 0, 255).astype(np.uint8)
 
 
 class TFLiteDetector:

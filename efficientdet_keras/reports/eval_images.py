@@ -20,8 +20,8 @@ import numpy as np
 import tensorflow as tf
 
 from efficientdet_keras.config.label_maps import label_names
+from efficientdet_keras.data.pixels import pipeline_images_to_uint8
 from efficientdet_keras.utils.drawing import draw_boxes, encode_png, side_by_side
-from efficientdet_keras.evaluation.tflite_evaluation import pipeline_images_to_uint8
 from efficientdet_keras.utils.fileio import write_bytes_atomically
 from efficientdet_keras.detection.box_scales import image_box_factors
 from efficientdet_keras.detection.postprocess import Detections

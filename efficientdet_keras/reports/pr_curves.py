@@ -15,7 +15,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from efficientdet_keras.evaluation.coco_evaluator import AccumulatedPrecision
+from efficientdet_keras.detection.precision_table import AccumulatedPrecision
 from efficientdet_keras.utils.figures import matplotlib_available, new_figure, save_figure
 
 PR_CURVES_DIR = "pr_curves"

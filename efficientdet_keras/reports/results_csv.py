@@ -1,4 +1,4 @@
-"""model_dir/results.csv: one row per epoch of a training run, and the callback that writes it.
+"""model_dir/results.csv: one row per epoch of a training run, and its plots.
 
 Columns: epoch (1-based, as in ckpt-<epoch>), epoch_seconds (wall time of the epoch with its
 evaluation and checkpoint), elapsed_seconds (sum over the epochs so far), learning_rate (the
@@ -13,14 +13,12 @@ stays in coco_metrics.json.
 import csv
 import io
 import os
-import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
-import tf_keras as keras
 
-from efficientdet_keras.utils.fileio import write_text_atomically
 from efficientdet_keras.reports.plots import plot_results
+from efficientdet_keras.utils.fileio import write_text_atomically
 
 RESULTS_CSV = "results.csv"
 PLOTS_DIR = "plots"
@@ -92,37 +90,35 @@ def merge_row(columns: Sequence[str], rows: Sequence[Row], row: Row) -> Tuple[Li
     return merged, kept
 
 
-class ResultsCallback(keras.callbacks.Callback):
-    """Writes model_dir/results.csv and its plots (model_dir/plots/*.png) after each epoch.
+class ResultsFile:
+    """model_dir/results.csv as a training run fills it, a row per epoch, and its plots
+    (model_dir/plots/*.png, when matplotlib is installed: see reports.plots).
 
-    Put it after COCOCallback (get_callbacks does), so the logs hold val_AP. A resumed run
-    keeps the rows before its first epoch. Plots need matplotlib (see reports.plots).
+    A resumed run keeps the rows before its first epoch. ResultsCallback
+    (training.callbacks.results) adds the rows from Keras' hooks.
 
     Args:
       model_dir: the run directory.
-      plots: draw the PNG plots (when matplotlib is installed).
+      plots: draw the PNG plots.
     """
 
     def __init__(self, model_dir: str, plots: bool = True):
-        super().__init__()
         self.path = os.path.join(model_dir, RESULTS_CSV)
         self.plots_dir = os.path.join(model_dir, PLOTS_DIR) if plots else None
         self.columns: List[str] = []
         self.rows: List[Row] = []
-        self._epoch_start: Optional[float] = None
 
-    def on_train_begin(self, logs=None):
+    def load(self) -> None:
+        """Reads the rows an earlier run wrote (none without a file)."""
         self.columns, self.rows = read_results(self.path)
 
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch_start = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-        seconds = time.perf_counter() - (self._epoch_start or time.perf_counter())
-        earlier = [r for r in self.rows if int(r["epoch"]) == epoch]  # The epoch before.
+    def add_epoch(self, epoch: int, seconds: float, logs: Dict) -> None:
+        """Writes the row of `epoch` (1-based), which took `seconds`, from its Keras logs in
+        place of that epoch's row and those after it (merge_row), then redraws the plots."""
+        earlier = [r for r in self.rows if int(r["epoch"]) == epoch - 1]
         elapsed = seconds + (float(earlier[0].get("elapsed_seconds") or 0) if earlier else 0.0)
-        row = epoch_row(epoch + 1, seconds, elapsed, logs or {})
-        self.columns, self.rows = merge_row(self.columns, self.rows, row)
+        self.columns, self.rows = merge_row(self.columns, self.rows,
+                                            epoch_row(epoch, seconds, elapsed, logs))
         write_results(self.path, self.columns, self.rows)
         if self.plots_dir:
             plot_results(self.rows, self.plots_dir)

@@ -138,7 +138,7 @@ class TrainingRun:
         return val_data, COCOEvaluator(self.val_json, label_map=label_map)
 
     def build_callbacks(self, val_data=None, evaluator=None) -> List[keras.callbacks.Callback]:
-        """The package's callbacks for this run (see training/callbacks.py)."""
+        """The package's callbacks for this run (see training/callbacks/)."""
         return get_callbacks(self.config, self.model_dir, val_data, evaluator,
                              eval_samples=self.eval_samples, display_images=self.eval_images,
                              archive_keep=self.archive_keep,

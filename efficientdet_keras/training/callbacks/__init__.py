@@ -1,9 +1,10 @@
-"""The standard Keras callback list of a training run: `get_callbacks`.
+"""The Keras callbacks of a training run, and `get_callbacks`, their standard list.
 
-Each callback lives in its own module: COCOCallback (coco_callback), CheckpointCallback
-(checkpoint_callbacks), StepBackup (backup), StopOnSignal (preemption), NaNGuard (nan_guard),
-ResultsCallback (reports.results_csv, model_dir/results.csv with its plots in
-model_dir/plots) and MLflowTracker (reports.mlflow_tracker).
+Each callback of a run's reports has its module here: COCOCallback (coco_evaluation),
+CheckpointCallback (checkpoints), ResultsCallback (results: model_dir/results.csv with its
+plots in model_dir/plots) and MLflowTracker (mlflow_tracker); reports/ writes the files they
+leave. The callbacks that make a run recoverable live with the mechanism they drive: StepBackup
+(training.backup), StopOnSignal (training.preemption) and NaNGuard (training.nan_guard).
 """
 
 import os
@@ -12,11 +13,11 @@ from typing import Optional
 import tf_keras as keras
 
 from efficientdet_keras.optimization import is_pruning
-from efficientdet_keras.reports.mlflow_tracker import MLflowTracker
-from efficientdet_keras.reports.results_csv import ResultsCallback
 from efficientdet_keras.training.backup import BACKUP_DIR, StepBackup
-from efficientdet_keras.training.checkpoint_callbacks import CheckpointCallback
-from efficientdet_keras.training.coco_callback import COCOCallback
+from efficientdet_keras.training.callbacks.checkpoints import CheckpointCallback
+from efficientdet_keras.training.callbacks.coco_evaluation import COCOCallback
+from efficientdet_keras.training.callbacks.mlflow_tracker import MLflowTracker
+from efficientdet_keras.training.callbacks.results import ResultsCallback
 from efficientdet_keras.training.nan_guard import NaNGuard
 from efficientdet_keras.training.preemption import StopOnSignal
 from efficientdet_keras.training.workers import is_chief, write_dir
