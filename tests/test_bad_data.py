@@ -16,7 +16,8 @@ import pytest
 import tensorflow as tf
 
 from helpers import REPO_ROOT, tiny_config
-from efficientdet_keras.data.decode import DataHealth, decode_and_clean
+from efficientdet_keras.data.decode import decode_and_clean
+from efficientdet_keras.data.health import DataHealth
 from efficientdet_keras.data.pipeline import InputPipeline
 from efficientdet_keras.data.sources import RecordsSource, TFRecordSource
 from efficientdet_keras.data.formats.records import ImageRecord

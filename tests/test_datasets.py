@@ -213,7 +213,8 @@ class TestClassesIntoConfig:
 def test_records_keep_pixel_boxes_through_the_pipeline(tmp_path):
     """The records of a found dataset decode as the training pipeline reads them."""
     import tensorflow as tf
-    from efficientdet_keras.data.decode import DataHealth, decode_and_clean
+    from efficientdet_keras.data.decode import decode_and_clean
+    from efficientdet_keras.data.health import DataHealth
     dataset_layouts.write_yolo(str(tmp_path))
     source = open_dataset(str(tmp_path)).source("val")
     raw = next(iter(source.raw_dataset(None, shuffle=False, seed=None)))

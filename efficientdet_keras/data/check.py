@@ -23,7 +23,8 @@ from absl import logging
 
 from efficientdet_keras.detection.anchor_fit import (AnchorSettings, anchor_sizes, recommend_anchors,
                                           suggest_anchors)
-from efficientdet_keras.data.decode import REPAIR_KINDS, DataHealth, Truncation, decode_and_clean
+from efficientdet_keras.data.decode import decode_and_clean
+from efficientdet_keras.data.health import REPAIR_KINDS, DataHealth, Truncation
 from efficientdet_keras.utils.drawing import class_name
 from efficientdet_keras.utils.progress import ProgressBar
 

@@ -20,8 +20,9 @@ from typing import Optional
 import tensorflow as tf
 
 from efficientdet_keras.data.augmentation import mixing
-from efficientdet_keras.data.decode import DataHealth, decode_and_clean
+from efficientdet_keras.data.decode import decode_and_clean
 from efficientdet_keras.data.example_transforms import ExampleTransforms, op_seed
+from efficientdet_keras.data.health import DataHealth
 from efficientdet_keras.data.sources import describe_source
 
 # Records read ahead and mixed by the training shuffle.

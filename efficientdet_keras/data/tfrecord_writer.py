@@ -15,9 +15,11 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from efficientdet_keras.data.decode import IMAGE_SIGNATURES, DataHealth, decode_and_clean
+from efficientdet_keras.data.decode import decode_and_clean
 from efficientdet_keras.data.formats.records import raw_dataset_from_records
 from efficientdet_keras.data.formats.tf_example import record_to_tf_example
+from efficientdet_keras.data.health import DataHealth
+from efficientdet_keras.data.image_decoding import IMAGE_SIGNATURES
 from efficientdet_keras.utils.fileio import publish_file
 from efficientdet_keras.utils.progress import ProgressBar
 

@@ -21,7 +21,7 @@ Raw example (all tensors, one image):
     holds (boxes keeps the first N = min of them)
   height, width: int64, the sizes the record states (-1 when it states none)
   origin: string, where a TFRecord example sits ("#3 of data/train.tfrecord"), or ""
-  problem, problem_detail: string, a `data.decode.SKIP_KINDS` kind found while reading
+  problem, problem_detail: string, a `data.health.SKIP_KINDS` kind found while reading
     ("unparseable_examples", "truncated_files") and what it was, or "" and ""
 """
 
