@@ -235,7 +235,7 @@ def bench_resize(config) -> None:
     from efficientdet_keras.evaluation.tflite_evaluation import TFLiteEvaluation
     from efficientdet_keras.export.tflite import export_tflite
     from efficientdet_keras.inference.loading import load_model_and_config
-    from efficientdet_keras.inference.tflite_runner import TFLiteDetector
+    from efficientdet_keras.inference.tflite_runner import TFLiteRunner
 
     del config  # The trained model's own (model_dir/config.yaml, plus --hparams).
     datasets = {"demo 256x256": demo_validation_data(FLAGS.demo_dir),
@@ -248,8 +248,8 @@ def bench_resize(config) -> None:
     print("%-16s %-10s %7s %7s" % ("images", "resize", "AP", "AP50"))
     for name, data in datasets.items():
         for mode in ("letterbox", "stretch"):
-            detector = TFLiteDetector(path, num_threads=FLAGS.tflite_threads,
-                                      config_overrides={"resize_mode": mode})
+            detector = TFLiteRunner(path, num_threads=FLAGS.tflite_threads,
+                                    config_overrides={"resize_mode": mode})
             metrics = TFLiteEvaluation(detector, TFRecordSource(data.val_tfrecord), data.val_json,
                                        batch_size=FLAGS.batch_size, progress=False).run()[1]
             print("%-16s %-10s %7.4f %7.4f" % (name, mode, metrics["AP"], metrics["AP50"]))

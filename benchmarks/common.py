@@ -129,8 +129,8 @@ def tflite_metrics_and_latency(path: str, data, repeats: int, batch_size: int,
     from efficientdet_keras.data.sources import TFRecordSource
     from efficientdet_keras.data.pixels import pipeline_images_to_uint8
     from efficientdet_keras.evaluation.tflite_evaluation import TFLiteEvaluation
-    from efficientdet_keras.inference.tflite_runner import TFLiteDetector
-    detector = TFLiteDetector(path, num_threads=num_threads)
+    from efficientdet_keras.inference.tflite_runner import TFLiteRunner
+    detector = TFLiteRunner(path, num_threads=num_threads)
     evaluation = TFLiteEvaluation(detector, TFRecordSource(data.val_tfrecord), data.val_json,
                                   batch_size=batch_size, progress=False)
     metrics = evaluation.run()[1]

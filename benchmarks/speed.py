@@ -178,13 +178,13 @@ def uses_tflite(path: str) -> bool:
 
 
 def tflite_detector(model):
-    """A TFLiteDetector of `model` exported as a float32 .tflite with raw outputs (XNNPACK,
+    """A TFLiteRunner of `model` exported as a float32 .tflite with raw outputs (XNNPACK,
     one interpreter thread per core)."""
     from efficientdet_keras.export.tflite import export_tflite
-    from efficientdet_keras.inference.tflite_runner import TFLiteDetector
+    from efficientdet_keras.inference.tflite_runner import TFLiteRunner
 
     path = os.path.join(scratch_dir("speed_"), "raw.tflite")
-    return TFLiteDetector(export_tflite(model, path, outputs="raw"), num_threads=os.cpu_count())
+    return TFLiteRunner(export_tflite(model, path, outputs="raw"), num_threads=os.cpu_count())
 
 
 def measure_network(settings: SpeedSettings, path: str, image_size: int) -> dict:
@@ -207,7 +207,7 @@ def measure_network(settings: SpeedSettings, path: str, image_size: int) -> dict
 def measure_end_to_end(settings: SpeedSettings, path: str, image_size: int) -> dict:
     """Median ms from one 640x480 JPEG to its detections: decode, preprocess, network, NMS.
     TensorFlow paths: the detection SavedModel (the path's folding and precision) through its
-    image_bytes signature; the TFLite path: tf.io.decode_jpeg and TFLiteDetector.detect."""
+    image_bytes signature; the TFLite path: tf.io.decode_jpeg and TFLiteRunner.detect."""
     import numpy as np
     import tensorflow as tf
 

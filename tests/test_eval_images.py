@@ -18,7 +18,7 @@ from efficientdet_keras.data.pipeline import InputPipeline
 from efficientdet_keras.data.sources import CocoSource
 from efficientdet_keras.data.synthetic import SYNTHETIC_LABEL_MAP, write_synthetic_dataset
 from efficientdet_keras.utils.drawing import class_colour
-from efficientdet_keras.detection.postprocess import Detections
+from efficientdet_keras.detection.postprocess import BatchedDetections
 from efficientdet_keras.reports.eval_images import SUMMARY_TAG, EvaluationImages
 from efficientdet_keras.training.callbacks.coco_evaluation import COCOCallback
 
@@ -44,11 +44,12 @@ def labels_for(boxes, classes, scales, ids):
             "image_scales": np.asarray(scales, np.float32), "source_ids": np.asarray(ids, np.int64)}
 
 
-def detections_for(boxes, scores, classes) -> Detections:
-    """Detections [B, N, ...] in original pixels, every row valid."""
+def detections_for(boxes, scores, classes) -> BatchedDetections:
+    """BatchedDetections [B, N, ...] in original pixels, every row valid."""
     scores = np.asarray(scores, np.float32)
-    return Detections(np.asarray(boxes, np.float32), scores, np.asarray(classes, np.int32),
-                      np.full([len(scores)], scores.shape[1], np.int32))
+    return BatchedDetections(np.asarray(boxes, np.float32), scores,
+                             np.asarray(classes, np.int32),
+                             np.full([len(scores)], scores.shape[1], np.int32))
 
 
 def box_edge_pixels(picture, box, x_offset):
@@ -176,8 +177,8 @@ def test_detections_in_original_pixels_land_where_the_pipeline_put_the_objects(v
     for row, image_id in enumerate(ids):
         for column, (box, class_id) in enumerate(objects[image_id]):
             boxes[row, column], classes[row, column] = box, class_id
-    detections = Detections(boxes, np.where(classes > 0, 0.9, 0.0).astype(np.float32), classes,
-                            np.array([len(objects[i]) for i in ids], np.int32))
+    detections = BatchedDetections(boxes, np.where(classes > 0, 0.9, 0.0).astype(np.float32),
+                                   classes, np.array([len(objects[i]) for i in ids], np.int32))
     images = EvaluationImages(config, num_images=2)
     images(images_batch, labels, detections)
 

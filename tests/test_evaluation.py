@@ -13,7 +13,7 @@ from efficientdet_keras.data.pipeline import InputPipeline
 from efficientdet_keras.data.sources import TFRecordSource
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
 from efficientdet_keras.evaluation import METRIC_NAMES, COCOEvaluator, faster_coco_eval_available
-from efficientdet_keras.detection.postprocess import CocoRows, Detections, box_scale_factors
+from efficientdet_keras.detection.postprocess import CocoRows, BatchedDetections, box_scale_factors
 
 pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
 
@@ -151,9 +151,9 @@ def test_add_batch_with_pipeline_labels_and_reset():
               "groundtruth_classes": tf.constant([[2, -1]]),
               "groundtruth_is_crowd": tf.constant([[False, False]]),
               "groundtruth_area": tf.constant([[0.0, 0.0]])}
-    detections = Detections(boxes=tf.constant([[[20.0, 20.0, 60.0, 100.0]]]),  # Original pixels.
-                            scores=tf.constant([[0.8]]), classes=tf.constant([[2]]),
-                            valid=tf.constant([1]))
+    detections = BatchedDetections(boxes=tf.constant([[[20.0, 20.0, 60.0, 100.0]]]),  # Original.
+                                   scores=tf.constant([[0.8]]), classes=tf.constant([[2]]),
+                                   valid=tf.constant([1]))
     evaluator.add_batch(labels, detections)
     assert evaluator.detection_results()[0]["image_id"] == big_id
     metrics = evaluator.result()
@@ -197,7 +197,7 @@ def test_stretched_pipeline_boxes_map_back_to_the_annotations(tmp_path):
                                    batch_size=3)():
         assert labels["image_scales"].shape == (3, 2)
         classes = labels["groundtruth_classes"]
-        detections = Detections(
+        detections = BatchedDetections(
             boxes=labels["groundtruth_boxes"] * box_scale_factors(labels["image_scales"]),
             scores=tf.cast(classes > 0, tf.float32), classes=tf.maximum(classes, 0),
             valid=tf.reduce_sum(tf.cast(classes > 0, tf.int32), axis=1))

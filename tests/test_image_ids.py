@@ -13,7 +13,7 @@ from efficientdet_keras.data.formats.coco_json import read_coco_json, records_to
 from efficientdet_keras.data.formats.coco_records import load_coco_records
 from efficientdet_keras.data.formats.records import ImageRecord
 from efficientdet_keras.evaluation import COCOEvaluator, check_source_ids_match
-from efficientdet_keras.detection.postprocess import CocoRows, Detections
+from efficientdet_keras.detection.postprocess import CocoRows, BatchedDetections
 
 pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
 
@@ -54,13 +54,13 @@ def dataset(tmp_path_factory):
     return str(json_path), str(folder), tfrecord
 
 
-def perfect_detections(labels) -> Detections:
+def perfect_detections(labels) -> BatchedDetections:
     """The ground truth of a batch as detections in original pixels, score 1."""
     classes = labels["groundtruth_classes"].numpy()
     boxes = labels["groundtruth_boxes"].numpy() * labels["image_scales"].numpy()[:, None, None]
     valid = (classes > 0).sum(axis=1).astype(np.int32)
-    return Detections(boxes.astype(np.float32), (classes > 0).astype(np.float32),
-                      np.maximum(classes, 0).astype(np.int32), valid)
+    return BatchedDetections(boxes.astype(np.float32), (classes > 0).astype(np.float32),
+                             np.maximum(classes, 0).astype(np.int32), valid)
 
 
 def evaluate_perfectly(source, annotation_file):

@@ -8,6 +8,7 @@ mlflow.tensorflow.autolog does with this trainer."""
 import csv
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -22,11 +23,11 @@ from helpers import REPO_ROOT, absl_info_messages, python, tiny_config
 from efficientdet_keras.config.defaults import default_values
 from efficientdet_keras.config.rules import flatten
 from efficientdet_keras.data.synthetic import SYNTHETIC_LABEL_MAP, write_synthetic_dataset
-from efficientdet_keras.reports.mlflow_calls import (INSTALL_HINT, REQUEST_TIMEOUT_SECONDS,
-                                                     MLflowMissingError)
+from efficientdet_keras.reports.mlflow_calls import REQUEST_TIMEOUT_SECONDS
 from efficientdet_keras.reports.mlflow_export import log_export
 from efficientdet_keras.reports.mlflow_record import RUN_RECORD, read_run_record
 from efficientdet_keras.training.callbacks.mlflow_tracker import MLflowTracker
+from efficientdet_keras.utils.extras import MissingExtraError, install_command
 
 TRAIN_TOOL = os.path.join(REPO_ROOT, "tools", "train.py")
 EXPORT_TOOL = os.path.join(REPO_ROOT, "tools", "export.py")
@@ -326,13 +327,13 @@ def test_the_tracker_is_asked_for_by_the_config_from_the_chief_only(tmp_path, mo
 
     # Without mlflow: one line asking for the extra; without the key nothing changes.
     monkeypatch.setitem(sys.modules, "mlflow", None)
-    message = "the MLflow tracker needs mlflow: %s" % INSTALL_HINT
-    with pytest.raises(MLflowMissingError) as error:
+    with pytest.raises(MissingExtraError, match=r"^the MLflow tracker needs mlflow \(.+\): "
+                                                + re.escape(install_command("trackers")) + "$"
+                       ) as error:
         MLflowTracker(str(tmp_path), "http://127.0.0.1:5000")
-    assert str(error.value) == message
     with pytest.raises(SystemExit) as exit_:
         run_or_exit("efficientdet-train", callbacks_module.get_callbacks, tracked, str(tmp_path))
-    assert str(exit_.value) == "efficientdet-train: " + message
+    assert str(exit_.value) == "efficientdet-train: " + str(error.value)
     assert MLflowTracker not in kinds(tiny_config())
     assert log_export(str(tmp_path), str(tmp_path / "export")) is None
 

@@ -21,21 +21,21 @@ from helpers import (FAST, confident_model, overlapping_pairs, printed_metrics, 
                      score_twice, synthetic_images, tiny_config, write_self_labelled_data)
 from efficientdet_keras import Detector, EfficientDetNet, save_ckpt
 from efficientdet_keras.data.pipeline import InputPipeline
-from efficientdet_keras.data.pixels import pipeline_images_to_uint8
 from efficientdet_keras.data.sources import TFRecordSource
 from efficientdet_keras.detection.postprocess import postprocess_detections
 from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
 from efficientdet_keras.evaluation.runner import evaluate_dataset
-from efficientdet_keras.evaluation.tflite_evaluation import GraphFileEvaluation
+from efficientdet_keras.data.pixels import pipeline_images_to_uint8
+from efficientdet_keras.evaluation.file_evaluation import GraphFileEvaluation
 
 pytest.importorskip("tf2onnx", reason="tf2onnx (the onnx extra) is not installed")
 pytest.importorskip("onnxruntime", reason="onnxruntime (the onnx extra) is not installed")
 
 from efficientdet_keras.export import onnx as onnx_export, graph_parity  # noqa: E402
-from efficientdet_keras.export.tflite_parity import saved_model_batch_detect  # noqa: E402
+from efficientdet_keras.export.parity import saved_model_batch_detect  # noqa: E402
 from efficientdet_keras.inference.graph_file_runner import split_outputs  # noqa: E402
-from efficientdet_keras.inference.onnx_runner import (INSTALL_HINT, ONNXDetector,  # noqa: E402
-                                                      ONNXMissingError)
+from efficientdet_keras.inference.onnx_runner import ONNXRunner  # noqa: E402
+from efficientdet_keras.utils.extras import MissingExtraError, install_command  # noqa: E402
 
 LABEL_MAP = {1: "circle", 2: "square", 3: "triangle", 4: "cross"}
 HARD = {"method": "hard"}
@@ -100,7 +100,7 @@ def test_the_file_takes_any_batch_and_size_and_has_the_four_outputs(exported):
                         image_size=[128, 128], num_classes=4,
                         label_map={str(k): v for k, v in LABEL_MAP.items()})
     assert info["nms_configs"]["method"] == "hard"
-    runner = ONNXDetector(path)
+    runner = ONNXRunner(path)
     [images] = runner.runtime.get_inputs()
     assert images.name == "images" and images.type == "tensor(uint8)"
     assert images.shape == ["batch", "height", "width", 3]
@@ -114,7 +114,7 @@ def test_the_file_takes_any_batch_and_size_and_has_the_four_outputs(exported):
 @pytest.mark.parametrize("batch_size", [1, 3])
 def test_detections_equal_the_saved_model_function(exported, batch_size):
     model, path, _ = exported
-    runner = ONNXDetector(path)
+    runner = ONNXRunner(path)
     images = np.stack(synthetic_images(batch_size, 96, 160, seed=11))  # Letterboxed, padded.
     got = runner.run(images)
     expected = saved_model_batch_detect(model)(images)
@@ -191,8 +191,8 @@ def test_soft_nms_becomes_hard_nms_per_class_and_bad_opsets_are_refused(tmp_path
     with pytest.raises(ValueError, match="ONNX opset must be 13 to 18"):
         onnx_export.export_onnx(model, path, opset=9)
     monkeypatch.setitem(sys.modules, "tf2onnx", None)  # Import fails.
-    with pytest.raises(ONNXMissingError, match=r"^ONNX export needs tf2onnx \(.+\): "
-                                               + re.escape(INSTALL_HINT)):
+    with pytest.raises(MissingExtraError, match=r"^ONNX export needs tf2onnx \(.+\): "
+                                                + re.escape(install_command("onnx"))):
         onnx_export.export_onnx(model, path)
     assert not os.listdir(tmp_path)
 
@@ -260,7 +260,7 @@ def test_a_global_nms_config_exports_global_nms_and_checks_against_it(exported, 
         assert json.load(f)["nms_configs"]["method"] == "global"
     assert result.passed and "(global NMS)" in result.summary, result.summary
     assert not per_class.passed, per_class.summary
-    found = ONNXDetector(path).detect(images[0])
+    found = ONNXRunner(path).detect(images[0])
     assert overlapping_pairs(found, model.config.nms_configs.iou_thresh) == 0
     # Each box under its best class only: class 1, which scores 0.2 above class 2 in logits.
     assert set(found["classes"][found["scores"] > 0.3]) == {1}, found
@@ -297,8 +297,8 @@ def test_detector_runs_the_file_as_the_model_detects(exported, monkeypatch):
                                                 "from efficientdet-export --format=onnx"):
         Detector(str(lone))
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # Import fails.
-    with pytest.raises(ONNXMissingError, match=r"^running an \.onnx file needs onnxruntime "
-                                               r"\(.+\): " + re.escape(INSTALL_HINT)):
+    with pytest.raises(MissingExtraError, match=r"^running an \.onnx file needs onnxruntime "
+                                                r"\(.+\): " + re.escape(install_command("onnx"))):
         Detector(path)
 
 
@@ -324,7 +324,7 @@ def test_eval_of_the_file_scores_as_the_model_with_hard_nms(exported, tmp_path):
     model, path, _ = exported
     # Letterboxed (scale 1.25, padded): the .onnx gets them rounded to uint8, as a .tflite.
     records = write_self_labelled_data(model, str(tmp_path / "data"), 96, 160)
-    evaluation = GraphFileEvaluation(ONNXDetector(path), TFRecordSource(records), batch_size=4,
+    evaluation = GraphFileEvaluation(ONNXRunner(path), TFRecordSource(records), batch_size=4,
                                      progress=False)
     evaluated, metrics, timing = evaluation.run()
     assert evaluated == path and timing.images == 6 and metrics["AP"] > 0.3, metrics

@@ -18,16 +18,15 @@ import pytest
 from helpers import (FAST, confident_model, keras_seeded, printed_metrics, python, synthetic_images,
                      tiny_config, write_self_labelled_data)
 from efficientdet_keras import Detector, EfficientDetNet, save_ckpt
-from efficientdet_keras.export.tflite_parity import saved_model_batch_detect
+from efficientdet_keras.export.parity import saved_model_batch_detect
 
 pytest.importorskip("openvino", reason="openvino (the openvino extra) is not installed")
 
 from efficientdet_keras.export import graph_parity, openvino as openvino_export  # noqa: E402
 from efficientdet_keras.export.openvino_int8 import nncf_module  # noqa: E402
 from efficientdet_keras.inference.graph_file_runner import split_outputs  # noqa: E402
-from efficientdet_keras.inference.openvino_runner import (INSTALL_HINT,  # noqa: E402
-                                                          OpenVINODetector,
-                                                          OpenVINOMissingError)
+from efficientdet_keras.inference.openvino_runner import OpenVINORunner  # noqa: E402
+from efficientdet_keras.utils.extras import MissingExtraError, install_command  # noqa: E402
 
 LABEL_MAP = {1: "circle", 2: "square", 3: "triangle", 4: "cross"}
 
@@ -59,7 +58,7 @@ def test_soft_nms_survives_and_the_file_equals_the_saved_model(exported):
     assert (info["format"], info["precision"]) == ("openvino", "float32")
     assert info["nms_configs"]["method"] == "gaussian"
     assert info["label_map"] == {str(k): v for k, v in LABEL_MAP.items()}
-    runner = OpenVINODetector(path)
+    runner = OpenVINORunner(path)
     import openvino
     assert runner.compiled.get_property("INFERENCE_PRECISION_HINT") == openvino.Type.f32
     reference_detect = saved_model_batch_detect(model, "gaussian")
@@ -121,9 +120,9 @@ def test_int8_quantizes_the_convolutions_but_the_prediction_ones(exported, tmp_p
     SavedModel's are (the int8 check), and the IR scores close to the checkpoint."""
     import openvino
     from efficientdet_keras.data.sources import TFRecordSource
-    from efficientdet_keras.evaluation.tflite_evaluation import GraphFileEvaluation
+    from efficientdet_keras.evaluation.file_evaluation import GraphFileEvaluation
     from efficientdet_keras.export.openvino_int8 import prediction_convolutions
-    from efficientdet_keras.inference.loading import graph_file_detector
+    from efficientdet_keras.inference.loading import graph_file_runner
     model, path, root = exported
     records = write_self_labelled_data(model, str(tmp_path / "data"), 128, 128)
     int8 = openvino_export.export_openvino(model, str(root / "int8" / "model.xml"), "int8",
@@ -146,7 +145,7 @@ def test_int8_quantizes_the_convolutions_but_the_prediction_ones(exported, tmp_p
     result, = graph_parity.standard_checks(model, int8, synthetic_images(3, 96, 160))
     assert result.passed and result.name == "int8_error", result.summary
     assert result.measured["detections"] >= 3 and 0 < result.measured["scores"] <= 0.25
-    metrics = {name: GraphFileEvaluation(graph_file_detector(xml), TFRecordSource(records),
+    metrics = {name: GraphFileEvaluation(graph_file_runner(xml), TFRecordSource(records),
                                          batch_size=6, progress=False).run()[1]
                for name, xml in (("float32", path), ("int8", int8))}
     # Collapsed or misplaced boxes would score near 0. This untrained model's scaled-up heads
@@ -167,12 +166,12 @@ def test_bad_requests_are_one_line(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="model.onnx: an OpenVINO IR is written as a .xml"):
         openvino_export.export_openvino(model, str(tmp_path / "model.onnx"))
     monkeypatch.setitem(sys.modules, "nncf", None)  # Import fails.
-    with pytest.raises(OpenVINOMissingError, match="int8 quantization needs nncf .*"
-                                                   + re.escape(INSTALL_HINT)):
+    with pytest.raises(MissingExtraError, match="int8 quantization needs nncf .*"
+                                                + re.escape(install_command("openvino"))):
         nncf_module()
     monkeypatch.setitem(sys.modules, "openvino", None)
-    with pytest.raises(OpenVINOMissingError, match=r"^an OpenVINO model needs openvino \(.+\): "
-                                                   + re.escape(INSTALL_HINT)):
+    with pytest.raises(MissingExtraError, match=r"^an OpenVINO model needs openvino \(.+\): "
+                                                + re.escape(install_command("openvino"))):
         openvino_export.export_openvino(model, str(tmp_path / "model.xml"))
     assert not os.listdir(tmp_path)
     # The command refuses int8 without calibration images before loading any model.

@@ -4,8 +4,8 @@ import tensorflow as tf
 
 from helpers import tiny_config
 from efficientdet_keras.detection.anchors import Anchors, encode_boxes
-from efficientdet_keras.detection.postprocess import (Detections, batched_nms, postprocess_detections,
-                                            to_coco_rows)
+from efficientdet_keras.detection.postprocess import (BatchedDetections, batched_nms,
+                                                      postprocess_detections, to_coco_rows)
 
 pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
 
@@ -156,7 +156,7 @@ def test_postprocess_rejects_wrong_image_size():
 
 
 def test_coco_rows_keep_large_image_ids_exact():
-    detections = Detections(
+    detections = BatchedDetections(
         boxes=tf.constant([[[10.0, 20.0, 30.0, 60.0], [0.0, 0.0, 0.0, 0.0]],
                            [[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 9.0]]]),
         scores=tf.constant([[0.9, 0.0], [0.5, 0.25]]),

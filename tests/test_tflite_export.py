@@ -69,7 +69,7 @@ def test_float32_raw_outputs_equal_keras_at_a_non_square_size(d0_raw):
     result = tflite_parity.raw_parity(model, path, images)
     assert result.passed, result.summary
     # The outputs really vary (a constant network would pass trivially) ...
-    letterboxed, _ = tflite_parity._detector(path).letterbox(images[0])
+    letterboxed, _ = tflite_parity._runner(path).letterbox(images[0])
     assert np.std(tflite_parity.keras_raw_outputs(model, letterboxed)["class_outputs"]) > 0.1
     # ... and the check fails when the weights differ by 1e-3.
     bias = model.box_net.predict.bias
@@ -83,8 +83,8 @@ def test_float32_raw_outputs_equal_keras_at_a_non_square_size(d0_raw):
 
 def test_detections_match_the_saved_model(lite0):
     model, path = lite0
-    from efficientdet_keras.inference.tflite_runner import TFLiteDetector
-    detector = TFLiteDetector(path)
+    from efficientdet_keras.inference.tflite_runner import TFLiteRunner
+    detector = TFLiteRunner(path)
     outputs = detector.run(detector.letterbox(synthetic_images(1, 128, 128)[0])[0])
     assert sorted(outputs) == sorted(tflite.DETECTION_OUTPUTS)
     assert outputs["detection_boxes"].shape == (1, 25, 4)
@@ -117,8 +117,8 @@ def test_int8_detections_keep_their_boxes(lite0, data, workdir):
     assert result.name == "int8_error" and result.passed, result.summary
     assert result.measured["detections"] >= 10, result.summary
     assert result.measured["misplaced"] <= 0.25 * result.measured["detections"], result.summary
-    from efficientdet_keras.inference.tflite_runner import TFLiteDetector
-    found = TFLiteDetector(path).detect(synthetic_images(1, 96, 160)[0])
+    from efficientdet_keras.inference.tflite_runner import TFLiteRunner
+    found = TFLiteRunner(path).detect(synthetic_images(1, 96, 160)[0])
     assert np.all(found["boxes"][:, 2:] > found["boxes"][:, :2]), found
 
 
@@ -205,7 +205,7 @@ def test_op_options_come_from_the_config(tmp_path):
     default fast NMS keeps one class per box, equal to hard NMS across classes;
     tflite_max_classes_per_detection=2 keeps two, so every box then comes twice. The
     parity check compares each file with the SavedModel running the op's own NMS."""
-    from efficientdet_keras.inference.tflite_runner import TFLiteDetector
+    from efficientdet_keras.inference.tflite_runner import TFLiteRunner
     images = synthetic_images(2, 128, 128, seed=8)
     model = two_class_model(tflite_use_regular_nms=True,
                             nms_configs=dict(method="hard", iou_thresh=0.5))
@@ -215,7 +215,7 @@ def test_op_options_come_from_the_config(tmp_path):
     assert result.passed and result.measured["compared"] >= 10, result.summary
 
     def detections(path, image):
-        return TFLiteDetector(path).detect(image)
+        return TFLiteRunner(path).detect(image)
 
     model.config.tflite_use_regular_nms = False
     fast = tflite.export_tflite(model, str(tmp_path / "fast.tflite"))

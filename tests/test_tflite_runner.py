@@ -1,4 +1,4 @@
-"""The .tflite runner (TFLiteDetector), efficientdet-eval --tflite and efficientdet-infer --tflite.
+"""The .tflite runner (TFLiteRunner), efficientdet-eval --tflite and efficientdet-infer --tflite.
 
 One tiny model is exported once per module, with raw outputs and with the
 TFLite_Detection_PostProcess op; references are the Keras model and the
@@ -19,17 +19,17 @@ from PIL import Image
 from helpers import REPO_ROOT, keras_seeded, python, tiny_config
 from efficientdet_keras import EfficientDetNet
 from efficientdet_keras.data.pipeline import InputPipeline
-from efficientdet_keras.data.pixels import pipeline_images_to_uint8, to_uint8
 from efficientdet_keras.data.sources import TFRecordSource
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
 from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
 from efficientdet_keras.evaluation.runner import evaluate_dataset
+from efficientdet_keras.data.pixels import pipeline_images_to_uint8, to_uint8
 from efficientdet_keras.evaluation.tflite_evaluation import TFLiteEvaluation
 from efficientdet_keras.inference.serving_graph import preprocess_image
 from efficientdet_keras.export.tflite import export_tflite
 from efficientdet_keras.data.augmentation.augment import resize_crop_pad
-from efficientdet_keras.inference.tflite_runner import (INSTALL_HINT, LiteRTMissingError,
-                                                     TFLiteDetector, letterbox_uint8)
+from efficientdet_keras.inference.tflite_runner import TFLiteRunner, letterbox_uint8
+from efficientdet_keras.utils.extras import MissingExtraError, install_command
 from efficientdet_keras.detection.postprocess import postprocess_detections
 from efficientdet_keras.reports.eval_images import EvaluationImages
 
@@ -107,7 +107,7 @@ def detections_of_image(rows, image_id):
 
 def test_letterbox_equals_the_saved_model_preprocessing(exported):
     model, paths, _ = exported
-    detector = TFLiteDetector(paths["raw"])
+    detector = TFLiteRunner(paths["raw"])
     image = photo()
     letterboxed, scale = detector.letterbox(image)
     assert letterboxed.dtype == np.uint8 and letterboxed.shape == (64, 64, 3)
@@ -122,7 +122,7 @@ def test_letterbox_equals_the_saved_model_preprocessing(exported):
 
 def test_traced_letterbox_equals_the_eager_one_for_every_image_size(exported):
     _, paths, _ = exported
-    detector = TFLiteDetector(paths["raw"])
+    detector = TFLiteRunner(paths["raw"])
     mean = detector.config.mean_rgb
     # Down- and up-scaled, wide and tall, and a float image (which takes the eager path).
     images = [photo(3, (90, 150, 3)), photo(4, (20, 30, 3)), photo(5, (64, 63, 3)),
@@ -140,7 +140,7 @@ def test_traced_letterbox_equals_the_eager_one_for_every_image_size(exported):
 
 def test_raw_file_detections_equal_keras_postprocessing_in_original_pixels(exported):
     model, paths, _ = exported
-    detector = TFLiteDetector(paths["raw"], num_threads=1)
+    detector = TFLiteRunner(paths["raw"], num_threads=1)
     image = photo(1)
     found = detector.detect(image)
     boxes, scores, classes = keras_detections(model, *detector.letterbox(image))
@@ -152,7 +152,7 @@ def test_raw_file_detections_equal_keras_postprocessing_in_original_pixels(expor
 
 def test_detections_file_gives_the_same_top_detection_as_raw_outputs(exported):
     model, paths, _ = exported
-    detector = TFLiteDetector(paths["detections"], use_xnnpack=False)
+    detector = TFLiteRunner(paths["detections"], use_xnnpack=False)
     assert detector.info["outputs"] == "detections" and detector.info["max_detections"] == 25
     image = photo(2)
     found = detector.detect(image)
@@ -170,8 +170,8 @@ def test_detections_file_gives_the_same_top_detection_as_raw_outputs(exported):
 def test_tflite_evaluation_equals_the_keras_evaluation(exported, resize_mode):
     model, paths, data = exported
     nms = {"score_thresh": 0.1}  # Scores below are close together (see `exported`).
-    detector = TFLiteDetector(paths["raw"], config_overrides={"nms_configs": nms,
-                                                              "resize_mode": resize_mode})
+    detector = TFLiteRunner(paths["raw"], config_overrides={"nms_configs": nms,
+                                                            "resize_mode": resize_mode})
     tflite_images = EvaluationImages(detector.config, num_images=3, score_threshold=0.1)
     evaluation = TFLiteEvaluation(detector, TFRecordSource(data.val_tfrecord), data.val_json,
                                   batch_size=2, progress=False, on_detections=tflite_images)
@@ -216,7 +216,7 @@ def test_a_stretch_trained_file_is_fed_stretched_images(tmp_path):
     the runner, which resizes each axis on its own and maps boxes back per axis."""
     model = spread_model(resize_mode="stretch")
     path = export_tflite(model, str(tmp_path / "stretch.tflite"), outputs="raw")
-    detector = TFLiteDetector(path)
+    detector = TFLiteRunner(path)
     assert detector.info["resize_mode"] == "stretch"
     image = photo(8, (40, 96, 3))
     fitted, scale = detector.letterbox(image)
@@ -250,7 +250,7 @@ def test_eval_and_infer_tools_take_a_tflite_file(exported, tmp_path):
                   if name.endswith(".png")) == ["2.png", "3.png"]
     printed = {line.split()[0]: float(line.split()[1]) for line in result.stdout.splitlines()
                if line.split() and line.split()[0] in ("AP", "AP50", "ARmax100")}
-    evaluation = TFLiteEvaluation(TFLiteDetector(paths["detections"]),
+    evaluation = TFLiteEvaluation(TFLiteRunner(paths["detections"]),
                                   TFRecordSource(data.val_tfrecord), data.val_json,
                                   progress=False)
     _, metrics, _ = evaluation.run()
@@ -265,7 +265,7 @@ def test_eval_and_infer_tools_take_a_tflite_file(exported, tmp_path):
     stretched = {line.split()[0]: float(line.split()[1]) for line in result.stdout.splitlines()
                  if line.split() and line.split()[0] in ("AP", "AP50", "ARmax100")}
     evaluation = TFLiteEvaluation(
-        TFLiteDetector(paths["detections"], config_overrides={"resize_mode": "stretch"}),
+        TFLiteRunner(paths["detections"], config_overrides={"resize_mode": "stretch"}),
         TFRecordSource(data.val_tfrecord), data.val_json, progress=False)
     expected = evaluation.run()[1]
     assert stretched == {k: pytest.approx(expected[k], abs=1e-4) for k in printed}
@@ -280,7 +280,7 @@ def test_eval_and_infer_tools_take_a_tflite_file(exported, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert (out / "photo.png").exists()
     written = json.load(open(out / "detections.json"))["photo.png"]
-    found = TFLiteDetector(paths["detections"]).detect(image)
+    found = TFLiteRunner(paths["detections"]).detect(image)
     keep = found["scores"] >= 0.05
     expected = np.minimum(found["boxes"][keep][:5], [40, 90, 40, 90])  # Clipped to the image.
     assert 0 < len(written) == len(expected)
@@ -302,7 +302,7 @@ def test_eval_tool_flip_tta_on_a_tflite_file(exported):
     printed = printed_metrics(result.stdout)
     source = TFRecordSource(data.val_tfrecord)
     evaluations = {tta: TFLiteEvaluation(
-        TFLiteDetector(paths["raw"], config_overrides={"tta": tta}), source, data.val_json,
+        TFLiteRunner(paths["raw"], config_overrides={"tta": tta}), source, data.val_json,
         progress=False) for tta in ("flip", None)}
     metrics = {tta: evaluation.run()[1] for tta, evaluation in evaluations.items()}
     assert len(printed) == 3
@@ -331,13 +331,13 @@ def test_infer_tool_flip_tta_writes_the_detectors_fused_detections(exported, tmp
 
 
 def test_python_detector_on_tflite_files(exported):
-    """efficientdet_keras.Detector on both files: TFLiteDetector's detections, clipped to the
+    """efficientdet_keras.Detector on both files: TFLiteRunner's detections, clipped to the
     image, and the raw file's outputs for only_network (tests/test_detector.py: the rest)."""
     from efficientdet_keras import Detector
     model, paths, data = exported
     image = photo(5, (40, 90, 3))
     for kind in ("raw", "detections"):
-        expected = TFLiteDetector(paths[kind]).detect(image)
+        expected = TFLiteRunner(paths[kind]).detect(image)
         found = Detector(paths[kind]).detect(image)
         assert found.image_size == (40, 90) and len(found) == len(expected["scores"]) > 0
         np.testing.assert_allclose(found.boxes, np.minimum(expected["boxes"], [40, 90, 40, 90]),
@@ -348,7 +348,7 @@ def test_python_detector_on_tflite_files(exported):
 
     raw = Detector(paths["raw"])
     outputs = raw.detect([image], only_network=True)[0]
-    runner = TFLiteDetector(paths["raw"])
+    runner = TFLiteRunner(paths["raw"])
     letterboxed, scale = runner.letterbox(image)
     direct = runner.run(letterboxed)
     anchors = sum(int(np.ceil(64 / 2 ** level)) ** 2 for level in range(3, 8)) * 9  # 8x8..1x1
@@ -366,20 +366,20 @@ def test_python_detector_on_tflite_files(exported):
 def test_clear_errors(tmp_path, monkeypatch):
     missing = str(tmp_path / "none.tflite")
     with pytest.raises(FileNotFoundError, match="none.tflite: no such .tflite file"):
-        TFLiteDetector(missing)
+        TFLiteRunner(missing)
     not_tflite = tmp_path / "bad.tflite"
     not_tflite.write_bytes(b"0123456789abcdef")
     with pytest.raises(ValueError, match="bad.tflite is not a .tflite file"):
-        TFLiteDetector(str(not_tflite))
+        TFLiteRunner(str(not_tflite))
     no_sidecar = tmp_path / "lone.tflite"
     no_sidecar.write_bytes(b"\x1c\x00\x00\x00TFL3" + bytes(8))
     with pytest.raises(FileNotFoundError, match=r"lone.tflite.json is missing; the .tflite must "
                                                 r"come from efficientdet-export --format=tflite"):
-        TFLiteDetector(str(no_sidecar))
+        TFLiteRunner(str(no_sidecar))
     (tmp_path / "lone.tflite.json").write_text(json.dumps(dict(
         image_size=[64, 64], num_classes=4, min_level=3, max_level=7, num_scales=3,
         aspect_ratios=[1.0], anchor_scale=4.0, outputs="raw")))
     monkeypatch.setitem(sys.modules, "ai_edge_litert.interpreter", None)  # Import fails.
-    with pytest.raises(LiteRTMissingError, match=r"^running a \.tflite file needs ai-edge-litert "
-                                                 r"\(.+\): " + re.escape(INSTALL_HINT)):
-        TFLiteDetector(str(no_sidecar))
+    with pytest.raises(MissingExtraError, match=r"^running a \.tflite file needs ai-edge-litert "
+                                                r"\(.+\): " + re.escape(install_command("tflite"))):
+        TFLiteRunner(str(no_sidecar))

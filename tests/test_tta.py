@@ -11,7 +11,7 @@ from efficientdet_keras import Detector, EfficientDetNet
 from efficientdet_keras.data.pipeline import InputPipeline
 from efficientdet_keras.data.formats.records import ImageRecord
 from efficientdet_keras.data.sources import RecordsSource
-from efficientdet_keras.detection.postprocess import Detections
+from efficientdet_keras.detection.postprocess import BatchedDetections
 from efficientdet_keras.detection.tta import check_tta, merge_flipped, mirror_boxes
 from efficientdet_keras.evaluation import COCOEvaluator
 from efficientdet_keras.evaluation.runner import evaluate_dataset, flip_tta_fns
@@ -69,8 +69,9 @@ def bright_box_detect_fns(threshold=0.0):
             box = np.array([rows[0], cols[0], rows[-1] + 1, cols[-1] + 1], np.float32)
             found.append(box * scale)
         count = len(found)
-        return Detections(np.array(found)[:, np.newaxis], np.full([count, 1], 0.9, np.float32),
-                          np.ones([count, 1], np.int32), np.ones([count], np.int32))
+        return BatchedDetections(np.array(found)[:, np.newaxis],
+                                 np.full([count, 1], 0.9, np.float32),
+                                 np.ones([count, 1], np.int32), np.ones([count], np.int32))
 
     return forward, postprocess
 

@@ -19,7 +19,7 @@ NMS_METHODS = ("hard", "gaussian", "combined", "global")
 PRESELECT_MIN_CLASSES = 10
 
 
-class Detections(NamedTuple):
+class BatchedDetections(NamedTuple):
     """Fixed-shape batched detections.
 
     boxes: float32 `[B, N, 4]`, [ymin, xmin, ymax, xmax] in original image pixels.
@@ -97,7 +97,7 @@ def _nms_one_image(boxes, scores, classes, max_output: int, iou_threshold: float
 
 def batched_nms(boxes: tf.Tensor, scores: tf.Tensor, classes: tf.Tensor, num_classes: int,
                 method: str, max_output: int, iou_threshold: float, score_threshold: float,
-                sigma: float) -> Detections:
+                sigma: float) -> BatchedDetections:
     """NMS of candidates `[B, K, 4]`, `[B, K]`, `[B, K]` (0-based classes).
 
     method: "hard" (suppress IoU > iou_threshold), "gaussian" (soft-NMS: scores
@@ -123,11 +123,11 @@ def batched_nms(boxes: tf.Tensor, scores: tf.Tensor, classes: tf.Tensor, num_cla
                                     score_threshold=score_threshold, soft_nms_sigma=soft_sigma,
                                     class_aware=class_aware),
         (boxes, scores, tf.cast(classes, tf.int32)), fn_output_signature=fn_output)
-    return Detections(*out)
+    return BatchedDetections(*out)
 
 
 def _combined_nms(boxes, scores, classes, num_classes: int, max_output: int,
-                  iou_threshold: float, score_threshold: float) -> Detections:
+                  iou_threshold: float, score_threshold: float) -> BatchedDetections:
     """Hard NMS per class with tf.image.combined_non_max_suppression, batched in C++."""
     per_class_scores = tf.one_hot(classes, num_classes, dtype=tf.float32) * scores[..., tf.newaxis]
     result = tf.image.combined_non_max_suppression(
@@ -137,7 +137,7 @@ def _combined_nms(boxes, scores, classes, num_classes: int, max_output: int,
     valid = tf.cast(result.valid_detections, tf.int32)
     in_range = tf.range(max_output)[tf.newaxis, :] < valid[:, tf.newaxis]
     classes = tf.where(in_range, tf.cast(result.nmsed_classes, tf.int32) + 1, 0)
-    return Detections(result.nmsed_boxes, result.nmsed_scores, classes, valid)
+    return BatchedDetections(result.nmsed_boxes, result.nmsed_scores, classes, valid)
 
 
 def box_scale_factors(image_scales) -> tf.Tensor:
@@ -155,7 +155,7 @@ def box_scale_factors(image_scales) -> tf.Tensor:
 def postprocess_detections(config, class_outputs: Sequence[tf.Tensor],
                            box_outputs: Sequence[tf.Tensor], image_scales=None,
                            image_size: Optional[Sequence[int]] = None,
-                           nms_overrides: Optional[dict] = None) -> Detections:
+                           nms_overrides: Optional[dict] = None) -> BatchedDetections:
     """Network outputs of a batch to final detections in original image pixels.
 
     Args:
@@ -167,7 +167,7 @@ def postprocess_detections(config, class_outputs: Sequence[tf.Tensor],
       nms_overrides: values that replace `config.nms_configs` keys.
 
     Returns:
-      Detections with N = nms_configs.max_output_size.
+      BatchedDetections with N = nms_configs.max_output_size.
     """
     nms = dict(config.nms_configs.as_dict(), **(nms_overrides or {}))
     anchors = Anchors(config, image_size or config.image_size)
@@ -203,7 +203,7 @@ class CocoRows(NamedTuple):
     rows: np.ndarray
 
 
-def to_coco_rows(image_ids, detections: Detections) -> CocoRows:
+def to_coco_rows(image_ids, detections: BatchedDetections) -> CocoRows:
     """COCO detection rows of a batch, one per valid detection, in batch order.
 
     Args:

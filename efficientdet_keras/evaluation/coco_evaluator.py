@@ -26,8 +26,8 @@ from efficientdet_keras.data.formats.image_ids import ImageId, image_id_to_int64
 from efficientdet_keras.data.formats.coco_json import coco_image_ids, read_coco_json
 from efficientdet_keras.evaluation.id_check import check_ids_match
 from efficientdet_keras.detection.precision_table import AccumulatedPrecision
-from efficientdet_keras.detection.postprocess import (CocoRows, Detections, box_scale_factors,
-                                                      to_coco_rows)
+from efficientdet_keras.detection.postprocess import (BatchedDetections, CocoRows,
+                                                      box_scale_factors, to_coco_rows)
 
 METRIC_NAMES = ("AP", "AP50", "AP75", "APs", "APm", "APl",
                 "ARmax1", "ARmax10", "ARmax100", "ARs", "ARm", "ARl")
@@ -136,7 +136,7 @@ class COCOEvaluator:
                     "bbox": [float(xmin), float(ymin), float(width), float(height)],
                     "area": float(ann_area) if ann_area > 0 else float(width * height)})
 
-    def add_batch(self, labels: Mapping, detections: Detections) -> None:
+    def add_batch(self, labels: Mapping, detections: BatchedDetections) -> None:
         """Adds one batch: detections (original pixels) and, without a file, its ground truth."""
         image_ids = labels["source_ids"]
         self.add_detections(image_ids, to_coco_rows(image_ids, detections))

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from efficientdet_keras.evaluation.coco_evaluator import COCOEvaluator
 from efficientdet_keras.detection.box_scales import image_box_factors
-from efficientdet_keras.detection.postprocess import Detections, postprocess_detections
+from efficientdet_keras.detection.postprocess import BatchedDetections, postprocess_detections
 from efficientdet_keras.detection.tta import check_tta, merge_flipped
 from efficientdet_keras.utils.progress import ProgressBar
 
@@ -36,9 +36,9 @@ def make_detect_fns(model, config, nms_overrides: Optional[dict] = None):
     return forward, postprocess
 
 
-def stack_detections(per_image: List[dict]) -> Detections:
-    """Per-image detection dicts (boxes, scores, classes) -> numpy Detections padded to the
-    largest count."""
+def stack_detections(per_image: List[dict]) -> BatchedDetections:
+    """Per-image detection dicts (boxes, scores, classes) -> numpy BatchedDetections padded to
+    the largest count."""
     width = max([1] + [len(found["scores"]) for found in per_image])
     boxes = np.zeros([len(per_image), width, 4], np.float32)
     scores = np.zeros([len(per_image), width], np.float32)
@@ -48,10 +48,10 @@ def stack_detections(per_image: List[dict]) -> Detections:
         boxes[row, :count], scores[row, :count] = found["boxes"], found["scores"]
         classes[row, :count] = found["classes"]
     valid = np.array([len(found["scores"]) for found in per_image], np.int32)
-    return Detections(boxes, scores, classes, valid)
+    return BatchedDetections(boxes, scores, classes, valid)
 
 
-def _image_detections(detections: Detections, index: int) -> dict:
+def _image_detections(detections: BatchedDetections, index: int) -> dict:
     count = int(detections.valid[index])
     return {"boxes": detections.boxes[index, :count], "scores": detections.scores[index, :count],
             "classes": detections.classes[index, :count]}
@@ -64,8 +64,8 @@ def flip_tta_fns(detect_fns, config):
     forward(images) -> (the outputs of `images`, those of the mirrored images), which
     evaluate_dataset hands to postprocess as its first two arguments; postprocess
     decodes both in input pixels, mirrors the second back across the input's width,
-    fuses them per image and scales them to original pixels (numpy Detections, at most
-    nms_configs.max_output_size per image).
+    fuses them per image and scales them to original pixels (numpy BatchedDetections, at
+    most nms_configs.max_output_size per image).
     """
     check_tta(config.tta)
     forward, postprocess = detect_fns
@@ -94,7 +94,8 @@ def evaluate_dataset(model, dataset: tf.data.Dataset, config, evaluator: COCOEva
                      max_images: Optional[int] = None, nms_overrides: Optional[dict] = None,
                      progress: bool = True, detect_fns=None,
                      on_batch: Optional[Callable[[Dict, list, list], None]] = None,
-                     on_detections: Optional[Callable[[tf.Tensor, Dict, Detections], None]] = None):
+                     on_detections: Optional[Callable[[tf.Tensor, Dict, BatchedDetections],
+                                                      None]] = None):
     """Evaluates `model` on a dataset of (images, labels) batches from InputPipeline.
 
     Args:
@@ -107,7 +108,8 @@ def evaluate_dataset(model, dataset: tf.data.Dataset, config, evaluator: COCOEva
         batch's forward pass, so e.g. losses come from the same pass (not timed).
       on_detections: called as on_detections(images, labels, detections) after each
         batch (not timed): the normalised images [B, H, W, 3], the pipeline's labels and
-        numpy Detections in original pixels (e.g. reports.eval_images.EvaluationImages).
+        numpy BatchedDetections in original pixels (e.g.
+        reports.eval_images.EvaluationImages).
 
     Returns:
       (metrics dict from evaluator.result(), EvaluationTiming). The evaluator is

@@ -1,7 +1,7 @@
 """Parity check of an exported graph file (.onnx or OpenVINO IR) against the detection
 SavedModel's serving function.
 
-`detection_parity` runs the file with its runtime (`graph_file_detector`: ONNX Runtime or
+`detection_parity` runs the file with its runtime (`graph_file_runner`: ONNX Runtime or
 OpenVINO) and the SavedModel's serving_default function (the same pre-processing, network and
 NMS in TensorFlow, with the NMS the file's sidecar names) on the same uint8 images, images of
 one size as one batch, and compares each image's detections: the same number of them, and
@@ -10,21 +10,18 @@ a score within 1e-4 and all four box coordinates within 1 pixel of the original 
 classes and boxes of detections whose score ties with another's are not compared: see
 `match_detections`). A float16 or int8 IR is checked as a quantized .tflite is, by its
 largest score error and the share of its boxes found where the SavedModel's lie
-(`quantized_error`). Each result is a `CheckResult` of tflite_parity, with a one-line summary.
+(`quantized_error`). Each result is a `CheckResult` of parity.py, with a one-line summary.
 """
 
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from efficientdet_keras.export.tflite_parity import (BOX_TOLERANCE_PIXELS, MAX_MISPLACED,
-                                                     MIN_QUANTIZED_IOU,
-                                                     QUANTIZED_SCORE_TOLERANCE,
-                                                     SCORE_THRESHOLD, CheckResult,
-                                                     misplaced_boxes,
-                                                     saved_model_batch_detect)
+from efficientdet_keras.export.parity import (BOX_TOLERANCE_PIXELS, QUANTIZED_SCORE_TOLERANCE,
+                                              SCORE_THRESHOLD, CheckResult, judge_misplaced,
+                                              misplaced_boxes, saved_model_batch_detect)
 from efficientdet_keras.inference.graph_file_runner import split_outputs
-from efficientdet_keras.inference.loading import graph_file_detector
+from efficientdet_keras.inference.loading import graph_file_runner
 from efficientdet_keras.inference.images import group_by_shape
 
 SCORE_TOLERANCE = 1e-4
@@ -116,7 +113,7 @@ def detection_parity(model, path: str, images: Sequence[np.ndarray],
     signature running that NMS, say); default: `saved_model_batch_detect`. min_score: only
     detections above it are compared (default: SOFT_NMS_MIN_SCORE for soft-NMS, else all).
     """
-    runner = graph_file_detector(path)
+    runner = graph_file_runner(path)
     nms_method = runner.config.nms_configs.method
     reference_detect = reference_detect or saved_model_batch_detect(model, nms_method)
     if min_score is None:
@@ -158,10 +155,10 @@ def quantized_error(model, path: str, images: Sequence[np.ndarray],
     """A float16 or int8 file against the float32 SavedModel (same NMS), image by image: the
     max abs difference between the sorted detection scores, and the detections above
     SCORE_THRESHOLD without a SavedModel box of their class at IoU >= MIN_QUANTIZED_IOU
-    (tflite_parity.misplaced_boxes). Passes when the scores' error is within
+    (parity.misplaced_boxes). Passes when the scores' error is within
     QUANTIZED_SCORE_TOLERANCE[precision] and at most MAX_MISPLACED of the detections are
     misplaced, as for a quantized .tflite."""
-    runner = graph_file_detector(path)
+    runner = graph_file_runner(path)
     reference_detect = saved_model_batch_detect(model, runner.config.nms_configs.method)
     tolerance = QUANTIZED_SCORE_TOLERANCE[precision]
     worst, detections, misplaced = 0.0, 0, 0
@@ -175,12 +172,11 @@ def quantized_error(model, path: str, images: Sequence[np.ndarray],
             initial=0.0)))
         found, missing = misplaced_boxes(got, expected, SCORE_THRESHOLD)
         detections, misplaced = detections + found, misplaced + missing
-    passed = worst <= tolerance and misplaced <= MAX_MISPLACED * detections
+    placed_well, placement = judge_misplaced(detections, misplaced)
+    passed = worst <= tolerance and placed_well
     summary = ("%s vs float32 SavedModel: max abs difference %.3g (scores) on %d image(s), "
-               "score tolerance %g; %d of %d detections above %g without a float32 box of "
-               "their class at IoU >= %g (at most %d%%): %s"
-               % (precision, worst, len(images), tolerance, misplaced, detections,
-                  SCORE_THRESHOLD, MIN_QUANTIZED_IOU, MAX_MISPLACED * 100,
+               "score tolerance %g; %s: %s"
+               % (precision, worst, len(images), tolerance, placement,
                   "ok" if passed else "FAILED"))
     return CheckResult("%s_error" % precision, passed, summary,
                        {"scores": worst, "detections": detections, "misplaced": misplaced})

@@ -36,7 +36,6 @@ from absl import logging
 
 from efficientdet_keras.checkpoint import ensure_built
 from efficientdet_keras.export.strip import strip_for_export
-from efficientdet_keras.inference.onnx_runner import INSTALL_HINT, ONNXMissingError
 from efficientdet_keras.inference.serving_graph import DetectionModule, float32_serving_network
 from efficientdet_keras.inference.sidecar import model_info, sidecar_path
 from efficientdet_keras.model.weights import averaged_weights
@@ -91,7 +90,7 @@ def check_opset(opset: int) -> None:
 
 
 def _tf2onnx():
-    return import_extra("tf2onnx", "ONNX export", ONNXMissingError, INSTALL_HINT)
+    return import_extra("tf2onnx", "ONNX export", "onnx")
 
 
 def sidecar_info(config, opset: int) -> dict:
@@ -117,7 +116,7 @@ def convert(model, opset: int = DEFAULT_OPSET, fold_batch_norm: bool = True) -> 
 
     Raises:
       ValueError (one line): the opset is out of range.
-      ONNXMissingError: tf2onnx is not installed.
+      MissingExtraError: tf2onnx is not installed.
     """
     check_opset(opset)
     tf2onnx = _tf2onnx()

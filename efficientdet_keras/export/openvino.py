@@ -20,7 +20,7 @@ serving_graph.py) converted with OpenVINO's TensorFlow frontend, pre-processing 
 The NMS is the config's, soft-NMS included: OpenVINO's NonMaxSuppression takes TensorFlow's
 soft_nms_sigma, so the default method (gaussian) survives conversion, unlike in ONNX.
 
-precision "float16" stores the weights in float16 (half the size); OpenVINODetector computes in
+precision "float16" stores the weights in float16 (half the size); OpenVINORunner computes in
 float32 either way. precision "int8" quantizes the network after training with NNCF
 (openvino_int8.py): convolutions run on int8 weights and activations calibrated on images of
 the given TFRecords, while pre-processing, the class and box prediction convolutions, box
@@ -95,7 +95,7 @@ def export_openvino(model, path: str, precision: str = "float32",
     Raises:
       ValueError (one line): a bad precision, int8 without calibration_data or a path not
         ending in .xml.
-      OpenVINOMissingError: openvino (or, for int8, nncf) is not installed.
+      MissingExtraError: openvino (or, for int8, nncf) is not installed.
     """
     check_precision(precision, calibration_data)
     if not path.endswith(".xml"):

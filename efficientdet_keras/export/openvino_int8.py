@@ -19,7 +19,6 @@ import contextlib
 import logging
 from typing import List
 
-from efficientdet_keras.inference.openvino_runner import INSTALL_HINT, OpenVINOMissingError
 from efficientdet_keras.utils.extras import import_extra
 
 # How far (in single-consumer steps: bias add, layout transpose) a prediction convolution's
@@ -28,9 +27,8 @@ _MAX_STEPS_TO_RESHAPE = 3
 
 
 def nncf_module():
-    """The nncf package, or a one-line install hint."""
-    return import_extra("nncf", "OpenVINO int8 quantization", OpenVINOMissingError,
-                        INSTALL_HINT)
+    """The nncf package, or a one-line MissingExtraError."""
+    return import_extra("nncf", "OpenVINO int8 quantization", "openvino")
 
 
 def prediction_convolutions(ir) -> List[str]:
@@ -81,7 +79,7 @@ def quantize(ir, config, calibration_data: str, num_images: int = 100, preset: s
     prediction convolutions in float32) are the module doc's choices; the other values are
     there to measure them (`benchmarks/bench.py --what=openvino_int8`).
 
-    Raises ValueError (one line) when the pattern gives no image; OpenVINOMissingError when
+    Raises ValueError (one line) when the pattern gives no image; MissingExtraError when
     nncf is not installed.
     """
     nncf = nncf_module()

@@ -1,8 +1,9 @@
 """Parity checks of an exported .tflite against the Keras model and the detection SavedModel.
 
-Each check runs the .tflite with the ai-edge-litert interpreter (`TFLiteDetector`) on
-the same letterboxed uint8 images as the reference and returns a `CheckResult` with
-a one-line summary:
+Each check runs the .tflite with the ai-edge-litert interpreter (`TFLiteRunner`) on
+the same letterboxed uint8 images as the reference and returns a `CheckResult` (parity.py,
+with the images, tolerances and reference every format's checks share) with a one-line
+summary:
   raw_parity        "raw" .tflite vs the Keras model: max abs difference of the class
                     logits and box codes of every anchor (float32 passes within 1e-4 of
                     each output's largest magnitude, at least 1).
@@ -20,48 +21,31 @@ a one-line summary:
                     tolerance.
 """
 
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from efficientdet_keras.detection.box_scales import image_box_factors
 from efficientdet_keras.detection.postprocess import flatten_outputs
+from efficientdet_keras.export.parity import (BOX_TOLERANCE_PIXELS, QUANTIZED_SCORE_TOLERANCE,
+                                              SCORE_THRESHOLD, CheckResult, judge_misplaced,
+                                              misplaced_boxes, saved_model_batch_detect)
 from efficientdet_keras.export.tflite import op_nms_method
 
 RAW_TOLERANCE = 1e-4
-BOX_TOLERANCE_PIXELS = 1.0
-SCORE_THRESHOLD = 0.3
-# Max abs score error of a quantized .tflite vs float32 that the checks accept (the export guide's
-# parity section has the errors seen on trained models).
-QUANTIZED_SCORE_TOLERANCE = {"float16": 0.05, "int8": 0.25}
-# A quantized file's detections above SCORE_THRESHOLD must mostly lie where float32 ones do:
-# at most MAX_MISPLACED of them without a float32 box of their class at IoU >= MIN_QUANTIZED_IOU.
-MIN_QUANTIZED_IOU = 0.5
-MAX_MISPLACED = 0.25
-# Enough images that a trained model shows tens of detections above SCORE_THRESHOLD.
-NUM_CHECK_IMAGES = 8
-# Detections this close to the score threshold may fall on either side of it.
 # Scores this close count as tied (the runtimes' float sums differ by about 1e-6).
 _TIE_TOLERANCE = 1e-5
+# Detections this close to the score threshold may fall on either side of it.
 _THRESHOLD_MARGIN = 1e-3
 
 
-class CheckResult(NamedTuple):
-    """name: the check; passed: its verdict; summary: one line with the measured figures;
-    measured: {figure: value}."""
-    name: str
-    passed: bool
-    summary: str
-    measured: Dict[str, float]
-
-
-def _detector(tflite_path: str):
+def _runner(tflite_path: str):
     """The runner, padding with the model's own mean_rgb (from the sidecar)."""
-    from efficientdet_keras.inference.tflite_runner import TFLiteDetector, read_sidecar
+    from efficientdet_keras.inference.tflite_runner import TFLiteRunner, read_sidecar
     info = read_sidecar(tflite_path)
     overrides = {key: info[key] for key in ("mean_rgb", "stddev_rgb") if key in info}
-    return TFLiteDetector(tflite_path, config_overrides=overrides)
+    return TFLiteRunner(tflite_path, config_overrides=overrides)
 
 
 def keras_raw_outputs(model, letterboxed: np.ndarray) -> Dict[str, np.ndarray]:
@@ -92,13 +76,13 @@ def raw_parity(model, tflite_path: str, images: Sequence[np.ndarray],
     Each output passes when its max abs difference is within `tolerance` times its largest
     magnitude (at least 1): float32 rounding grows with the values, and the logits of a
     confident model reach +-15, where TFLite and TensorFlow differ by 1e-5 to 1e-4."""
-    detector = _detector(tflite_path)
+    runner = _runner(tflite_path)
     worst = {"class_outputs": 0.0, "box_outputs": 0.0}
     scale = {"class_outputs": 1.0, "box_outputs": 1.0}
     for image in images:
-        letterboxed, _ = detector.letterbox(image)
+        letterboxed, _ = runner.letterbox(image)
         expected = keras_raw_outputs(model, letterboxed)
-        differences = max_abs_differences(detector.run(letterboxed), expected, worst)
+        differences = max_abs_differences(runner.run(letterboxed), expected, worst)
         worst = {key: max(worst[key], differences[key]) for key in worst}
         scale = {key: max(scale[key], float(np.max(np.abs(expected[key])))) for key in scale}
     passed = all(worst[key] <= tolerance * scale[key] for key in worst)
@@ -108,18 +92,6 @@ def raw_parity(model, tflite_path: str, images: Sequence[np.ndarray],
                % (worst["class_outputs"], scale["class_outputs"], worst["box_outputs"],
                   scale["box_outputs"], len(images), tolerance, "ok" if passed else "FAILED"))
     return CheckResult("raw_parity", passed, summary, worst)
-
-
-def saved_model_batch_detect(model, nms_method: str = "hard"
-                             ) -> Callable[[np.ndarray], Dict[str, np.ndarray]]:
-    """The detection SavedModel's serving_default function (export/saved_model.py) for
-    `model`, with NMS `nms_method` (postprocess.NMS_METHODS): uint8 [B, h, w, 3] -> its
-    outputs (numpy)."""
-    from efficientdet_keras.inference.serving_graph import DetectionModule
-    config = model.config.copy()
-    config.override({"nms_configs": {"method": nms_method}})
-    module = DetectionModule(model, config)
-    return lambda images: {k: v.numpy() for k, v in module.detect_images(images).items()}
 
 
 def saved_model_detect(model, nms_method: Optional[str] = None
@@ -204,20 +176,20 @@ def detection_parity(model, tflite_path: str, images: Sequence[np.ndarray],
     uint8 image. reference_detect: uint8 [h, w, 3] -> SavedModel outputs with batch 1 (a
     loaded SavedModel's signature running that NMS, say); default: `saved_model_detect`.
     """
-    detector = _detector(tflite_path)
-    nms_method = detector.info.get("nms") or op_nms_method(model.config)
+    runner = _runner(tflite_path)
+    nms_method = runner.info.get("nms") or op_nms_method(model.config)
     compared_with = "%s NMS, as the op" % nms_method if reference_detect is None else "given"
     reference_detect = reference_detect or saved_model_detect(model, nms_method)
-    max_detections = int(detector.info["max_detections"])
-    per_box = int(detector.info.get("detections_per_box", 1))
+    max_detections = int(runner.info["max_detections"])
+    per_box = int(runner.info.get("detections_per_box", 1))
     compared = unmatched = 0
     for image in images:
         # Both get the same letterboxed uint8 input (the SavedModel's own resize is then
         # the identity and its zero padding equals the runner's mean padding), so only
         # the runtimes and the NMS differ, not the rounding of the resized pixels.
-        letterboxed, scale = detector.letterbox(image)
-        outputs = best_class_per_box(detector.run(letterboxed), per_box)
-        found = detector.detections_from_outputs(outputs, scale, detections_per_box=1)
+        letterboxed, scale = runner.letterbox(image)
+        outputs = best_class_per_box(runner.run(letterboxed), per_box)
+        found = runner.detections_from_outputs(outputs, scale, detections_per_box=1)
         found["boxes"] = _clip_to_input(found["boxes"], letterboxed.shape, scale)
         reference = _saved_model_detections(reference_detect(letterboxed), letterboxed.shape,
                                             scale)
@@ -237,30 +209,6 @@ def detection_parity(model, tflite_path: str, images: Sequence[np.ndarray],
                        {"compared": compared, "unmatched": unmatched})
 
 
-def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
-    """IoU of one [4] box with each of [n, 4] boxes (ymin, xmin, ymax, xmax)."""
-    height = np.clip(np.minimum(box[2], boxes[:, 2]) - np.maximum(box[0], boxes[:, 0]), 0, None)
-    width = np.clip(np.minimum(box[3], boxes[:, 3]) - np.maximum(box[1], boxes[:, 1]), 0, None)
-    area = lambda b: (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])  # noqa: E731
-    union = area(box) + area(boxes) - height * width
-    return np.where(union > 0, height * width / np.maximum(union, 1e-12), 0.0)
-
-
-def misplaced_boxes(found: Dict[str, np.ndarray], reference: Dict[str, np.ndarray],
-                    score_threshold: float, min_iou: float = MIN_QUANTIZED_IOU):
-    """(how many detections of `found` above score_threshold, how many of them have no
-    `reference` detection of the same class with IoU >= min_iou)."""
-    count = missing = 0
-    for box, score, cls in zip(found["boxes"], found["scores"], found["classes"]):
-        if score <= score_threshold:
-            continue
-        count += 1
-        same_class = reference["classes"] == cls
-        if not np.any(_iou(box, reference["boxes"][same_class]) >= min_iou):
-            missing += 1
-    return count, missing
-
-
 def _sorted_scores(scores: np.ndarray, count: int) -> np.ndarray:
     return np.sort(np.asarray(scores, np.float64).reshape(-1)[:count])[::-1]
 
@@ -274,19 +222,19 @@ def quantized_error(model, tflite_path: str, images: Sequence[np.ndarray],
     files: max abs difference between the sorted scores of the top detections (each box's
     best class) and the SavedModel's sorted scores, with the op's NMS; and the detections
     above SCORE_THRESHOLD without a float32 box of their class at IoU >= MIN_QUANTIZED_IOU
-    (`misplaced_boxes`). Passes when the scores' error is <= tolerance and, for detections
-    files, at most MAX_MISPLACED of the detections are misplaced.
+    (parity.misplaced_boxes). Passes when the scores' error is <= tolerance and, for
+    detections files, at most MAX_MISPLACED of the detections are misplaced.
     """
-    detector = _detector(tflite_path)
-    raw = detector.info["outputs"] == "raw"
+    runner = _runner(tflite_path)
+    raw = runner.info["outputs"] == "raw"
     reference_detect = None if raw else saved_model_detect(
-        model, detector.info.get("nms") or op_nms_method(model.config))
-    per_box = int(detector.info.get("detections_per_box", 1))
+        model, runner.info.get("nms") or op_nms_method(model.config))
+    per_box = int(runner.info.get("detections_per_box", 1))
     worst: Dict[str, float] = {}
     boxes = [0, 0]  # Detections above SCORE_THRESHOLD, and those misplaced (detection files).
     for image in images:
-        letterboxed, scale = detector.letterbox(image)
-        got = detector.run(letterboxed)
+        letterboxed, scale = runner.letterbox(image)
+        got = runner.run(letterboxed)
         if raw:
             expected = keras_raw_outputs(model, letterboxed)
             for outputs in (got, expected):
@@ -300,7 +248,7 @@ def quantized_error(model, tflite_path: str, images: Sequence[np.ndarray],
             differences = {"scores": float(np.max(np.abs(
                 _sorted_scores(got["detection_scores"], count) -
                 _sorted_scores(reference["detection_scores"], count)), initial=0.0))}
-            found = detector.detections_from_outputs(got, scale, detections_per_box=1)
+            found = runner.detections_from_outputs(got, scale, detections_per_box=1)
             placed = misplaced_boxes(found, _saved_model_detections(
                 reference, letterboxed.shape, scale), SCORE_THRESHOLD)
             boxes = [b + p for b, p in zip(boxes, placed)]
@@ -308,32 +256,16 @@ def quantized_error(model, tflite_path: str, images: Sequence[np.ndarray],
     passed = worst["scores"] <= tolerance
     boxes_line = ""
     if not raw:
-        passed = passed and boxes[1] <= MAX_MISPLACED * boxes[0]
-        boxes_line = ("; %d of %d detections above %g without a float32 box of their class at "
-                      "IoU >= %g (at most %d%%)" % (boxes[1], boxes[0], SCORE_THRESHOLD,
-                                                    MIN_QUANTIZED_IOU, MAX_MISPLACED * 100))
+        placed_well, placement = judge_misplaced(*boxes)
+        passed = passed and placed_well
+        boxes_line = "; " + placement
         worst.update(detections=boxes[0], misplaced=boxes[1])
     summary = ("%s vs float32 %s: max abs difference %s on %d image(s), score tolerance %g%s: %s"
-               % (detector.info["quantization"], "Keras" if raw else "SavedModel",
+               % (runner.info["quantization"], "Keras" if raw else "SavedModel",
                   ", ".join("%.3g (%s)" % (v, k) for k, v in worst.items()
                             if k not in ("detections", "misplaced")),
                   len(images), tolerance, boxes_line, "ok" if passed else "FAILED"))
-    return CheckResult("%s_error" % detector.info["quantization"], passed, summary, worst)
-
-
-def check_images(config, file_pattern: Optional[str] = None,
-                 count: int = NUM_CHECK_IMAGES) -> List[np.ndarray]:
-    """uint8 [h, w, 3] images for the checks: the first `count` of the TFRecords matching
-    `file_pattern` (letterboxed by the input pipeline), else synthetic shapes on textured
-    backgrounds (efficientdet_keras.data.synthetic) in a non-square size, so that the
-    letterboxing is exercised too."""
-    from efficientdet_keras.export.tflite import calibration_images
-    if file_pattern:
-        return [batch[0][0] for batch in calibration_images(config, file_pattern, count)]
-    from efficientdet_keras.data.synthetic import generate_examples
-    height, width = config.image_size
-    return [image for _, image in generate_examples(
-        count, height=max(16, height * 3 // 4), width=max(16, width * 5 // 4), seed=0)]
+    return CheckResult("%s_error" % runner.info["quantization"], passed, summary, worst)
 
 
 def standard_checks(model, tflite_path: str, images: Sequence[np.ndarray]) -> List[CheckResult]:
@@ -352,8 +284,3 @@ def standard_checks(model, tflite_path: str, images: Sequence[np.ndarray]) -> Li
         if info["outputs"] == "raw":
             return [raw_parity(model, tflite_path, images)]
         return [detection_parity(model, tflite_path, images)]
-
-
-def failed(results: List[CheckResult]) -> List[CheckResult]:
-    """The checks that did not pass."""
-    return [r for r in results if not r.passed]

@@ -136,8 +136,8 @@ class GraphFileBackend(GraphBackend):
     function converted (pre-processing, network and NMS), on batches of one size."""
 
     def __init__(self, path: str, num_threads: Optional[int] = None):
-        from efficientdet_keras.inference.loading import graph_file_detector
-        self.runner = graph_file_detector(path, num_threads=num_threads)
+        from efficientdet_keras.inference.loading import graph_file_runner
+        self.runner = graph_file_runner(path, num_threads=num_threads)
         self.config = self.runner.config
         super().__init__(self.runner.run, label_names(self.config.label_map) or {}, path)
 
@@ -151,9 +151,9 @@ class TFLiteBackend:
     """An exported .tflite run with ai-edge-litert, one image at a time (the file's batch)."""
 
     def __init__(self, path: str, num_threads: Optional[int] = None, config_overrides=None):
-        from efficientdet_keras.inference.tflite_runner import TFLiteDetector
-        self.runner = TFLiteDetector(path, num_threads=num_threads,
-                                     config_overrides=config_overrides)
+        from efficientdet_keras.inference.tflite_runner import TFLiteRunner
+        self.runner = TFLiteRunner(path, num_threads=num_threads,
+                                   config_overrides=config_overrides)
         self.config = self.runner.config
         self.label_map = label_names(self.config.label_map) or {}
         self.description = path

@@ -5,12 +5,12 @@ included: uint8 images [B, H, W, 3] of any size in, the SavedModel's four output
 (export/onnx.py and export/openvino.py describe them). Each comes with its sidecar
 `<file>.json`. A subclass opens its runtime (`_open`) and runs a batch (`_infer`).
 
-    detector = loading.graph_file_detector("exported/model.xml")  # or "exported/model.onnx"
-    found = detector.detect(image)  # image: uint8 [h, w, 3], any size
+    runner = loading.graph_file_runner("exported/model.xml")  # or "exported/model.onnx"
+    found = runner.detect(image)    # image: uint8 [h, w, 3], any size
     found["boxes"]    # float32 [n, 4] ymin, xmin, ymax, xmax in pixels of `image`
     found["scores"]   # float32 [n], high to low
     found["classes"]  # int64 [n], class ids 1..num_classes
-    outputs = detector.run(batch)   # uint8 [B, H, W, 3]: the file's four outputs by name
+    outputs = runner.run(batch)     # uint8 [B, H, W, 3]: the file's four outputs by name
 """
 
 import os
@@ -31,7 +31,7 @@ def split_outputs(outputs: Dict[str, np.ndarray]) -> List[Dict[str, np.ndarray]]
     return [{name: value[i:i + 1] for name, value in outputs.items()} for i in range(count)]
 
 
-class GraphFileDetector:
+class GraphFileRunner:
     """One exported graph file (see the module doc).
 
     Args:

@@ -108,13 +108,13 @@ def source_kind(path: str) -> str:
     return CHECKPOINT
 
 
-def graph_file_detector(path: str, num_threads: Optional[int] = None, config_overrides=None):
-    """The runner of an exported .onnx (ONNXDetector) or OpenVINO .xml (OpenVINODetector)."""
+def graph_file_runner(path: str, num_threads: Optional[int] = None, config_overrides=None):
+    """The runner of an exported .onnx (ONNXRunner) or OpenVINO .xml (OpenVINORunner)."""
     if path.endswith(OPENVINO_SUFFIX):
-        from efficientdet_keras.inference.openvino_runner import OpenVINODetector
-        return OpenVINODetector(path, num_threads, config_overrides)
-    from efficientdet_keras.inference.onnx_runner import ONNXDetector
-    return ONNXDetector(path, num_threads, config_overrides=config_overrides)
+        from efficientdet_keras.inference.openvino_runner import OpenVINORunner
+        return OpenVINORunner(path, num_threads, config_overrides)
+    from efficientdet_keras.inference.onnx_runner import ONNXRunner
+    return ONNXRunner(path, num_threads, config_overrides=config_overrides)
 
 
 def config_beside_checkpoint(ckpt: str) -> str:

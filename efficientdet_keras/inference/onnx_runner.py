@@ -1,41 +1,34 @@
 """Running an exported .onnx detector with ONNX Runtime.
 
-    detector = ONNXDetector("exported/model.onnx")
-    found = detector.detect(image)  # image: uint8 [h, w, 3], any size
-    outputs = detector.run(batch)   # uint8 [B, H, W, 3]: the file's four outputs by name
+    runner = ONNXRunner("exported/model.onnx")
+    found = runner.detect(image)    # image: uint8 [h, w, 3], any size
+    outputs = runner.run(batch)     # uint8 [B, H, W, 3]: the file's four outputs by name
 
 The file comes from `efficientdet-export --format=onnx` (export/onnx.py, which describes its
 input and outputs) with its sidecar `<file>.onnx.json`; graph_file_runner.py has what the
 runners of exported graph files share. Pre-processing and NMS are inside the file: images of
 any size go in as they are, a batch of one size at a time. onnxruntime is imported when a
-detector is made: it is an extra (`pip install "efficientdet_keras[onnx]"`).
+runner is made: it is an extra (`pip install "efficientdet_keras[onnx]"`).
 """
 
 from typing import Dict, Optional, Sequence
 
 import numpy as np
 
-from efficientdet_keras.inference.graph_file_runner import INPUT_NAME, GraphFileDetector
+from efficientdet_keras.inference.graph_file_runner import INPUT_NAME, GraphFileRunner
 from efficientdet_keras.utils.extras import import_extra
-
-INSTALL_HINT = 'pip install "efficientdet_keras[onnx]"'
-
-
-class ONNXMissingError(ImportError, ValueError):
-    """onnxruntime or tf2onnx is not installed (a ValueError too, so the tools print one
-    line)."""
 
 
 def _onnxruntime():
-    return import_extra("onnxruntime", "running an .onnx file", ONNXMissingError, INSTALL_HINT)
+    return import_extra("onnxruntime", "running an .onnx file", "onnx")
 
 
-class ONNXDetector(GraphFileDetector):
-    """One exported .onnx detector (see the module doc and GraphFileDetector).
+class ONNXRunner(GraphFileRunner):
+    """One exported .onnx detector (see the module doc and GraphFileRunner).
 
     Args:
       path, num_threads (ONNX Runtime's intra-op threads), config_overrides: as
-        GraphFileDetector's.
+        GraphFileRunner's.
       providers: ONNX Runtime execution providers, best first (None: every available one,
         in ONNX Runtime's order of preference).
 

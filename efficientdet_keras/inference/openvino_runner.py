@@ -1,14 +1,14 @@
 """Running an exported OpenVINO IR detector (`model.xml` and `model.bin`) with OpenVINO.
 
-    detector = OpenVINODetector("exported/demo-openvino/model.xml")
-    found = detector.detect(image)  # image: uint8 [h, w, 3], any size
-    outputs = detector.run(batch)   # uint8 [B, H, W, 3]: the file's four outputs by name
+    runner = OpenVINORunner("exported/demo-openvino/model.xml")
+    found = runner.detect(image)    # image: uint8 [h, w, 3], any size
+    outputs = runner.run(batch)     # uint8 [B, H, W, 3]: the file's four outputs by name
 
 The IR comes from `efficientdet-export --format=openvino` (export/openvino.py, which
 describes it) with its sidecar `<file>.xml.json`; graph_file_runner.py has what the runners of
 exported graph files share. It runs on OpenVINO's CPU plugin in float32: the plugin's default
 on CPUs with bfloat16 instructions is to compute in bfloat16, which moves scores by up to
-0.02 and, through soft-NMS, reorders detections. openvino is imported when a detector is
+0.02 and, through soft-NMS, reorders detections. openvino is imported when a runner is
 made: it is an extra (`pip install "efficientdet_keras[openvino]"`).
 """
 
@@ -16,24 +16,19 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from efficientdet_keras.inference.graph_file_runner import OUTPUT_NAMES, GraphFileDetector
+from efficientdet_keras.inference.graph_file_runner import OUTPUT_NAMES, GraphFileRunner
 from efficientdet_keras.utils.extras import import_extra
 
-INSTALL_HINT = 'pip install "efficientdet_keras[openvino]"'
 DEVICE = "CPU"
 
 
-class OpenVINOMissingError(ImportError, ValueError):
-    """openvino is not installed (a ValueError too, so the tools print one line)."""
-
-
 def openvino_module():
-    """The openvino package, or a one-line install hint."""
-    return import_extra("openvino", "an OpenVINO model", OpenVINOMissingError, INSTALL_HINT)
+    """The openvino package, or a one-line MissingExtraError."""
+    return import_extra("openvino", "an OpenVINO model", "openvino")
 
 
-class OpenVINODetector(GraphFileDetector):
-    """One exported OpenVINO IR detector (see the module doc and GraphFileDetector).
+class OpenVINORunner(GraphFileRunner):
+    """One exported OpenVINO IR detector (see the module doc and GraphFileRunner).
 
     num_threads: the CPU plugin's inference threads (None: its default).
 

@@ -1,7 +1,7 @@
 """Running an exported .tflite detector with the ai-edge-litert interpreter.
 
-    detector = TFLiteDetector("d0.tflite", num_threads=2)
-    found = detector.detect(image)  # image: uint8 [h, w, 3]
+    runner = TFLiteRunner("d0.tflite", num_threads=2)
+    found = runner.detect(image)    # image: uint8 [h, w, 3]
     found["boxes"]    # float32 [n, 4] ymin, xmin, ymax, xmax in pixels of `image`
     found["scores"]   # float32 [n], high to low
     found["classes"]  # int64 [n], class ids 1..num_classes
@@ -16,7 +16,7 @@ the raw network outputs ("raw": class logits and box codes of every anchor,
 decoded and NMSed here with the package's own post-processing).
 
 XNNPACK is the interpreter's default delegate; `use_xnnpack=False` runs the
-built-in kernels only. ai-edge-litert is imported when a detector is made:
+built-in kernels only. ai-edge-litert is imported when a runner is made:
 it is an extra (`pip install "efficientdet_keras[tflite]"`).
 """
 
@@ -32,13 +32,8 @@ from efficientdet_keras.utils.extras import import_extra
 
 
 SIGNATURE = "serving_default"
-INSTALL_HINT = 'pip install "efficientdet_keras[tflite]"'
 # Bytes 4..8 of every TFLite flatbuffer.
 _TFLITE_IDENTIFIER = b"TFL3"
-
-
-class LiteRTMissingError(ImportError, ValueError):
-    """ai-edge-litert is not installed (a ValueError too, so the tools print one line)."""
 
 
 def read_sidecar(tflite_path: str) -> dict:
@@ -58,9 +53,9 @@ def read_sidecar(tflite_path: str) -> dict:
 
 
 def _interpreter_class():
-    """(Interpreter, OpResolverType) from ai-edge-litert, or a one-line install hint."""
-    interpreter = import_extra("ai_edge_litert.interpreter", "running a .tflite file",
-                               LiteRTMissingError, INSTALL_HINT, distribution="ai-edge-litert")
+    """(Interpreter, OpResolverType) from ai-edge-litert, or a one-line MissingExtraError."""
+    interpreter = import_extra("ai_edge_litert.interpreter", "running a .tflite file", "tflite",
+                               distribution="ai-edge-litert")
     return interpreter.Interpreter, interpreter.OpResolverType
 
 
@@ -103,7 +98,7 @@ def letterbox_tensors(image, image_size: Sequence[int], mean_rgb: Sequence[float
     return tf.cast(pixels, tf.uint8), scale
 
 
-class TFLiteDetector:
+class TFLiteRunner:
     """One exported .tflite detector, batch 1 (see the module doc).
 
     Args:
@@ -148,7 +143,7 @@ class TFLiteDetector:
         """uint8 [h, w, 3] -> (uint8 [H, W, 3] input, scale: original pixels per input pixel),
         fitted as the file's resize_mode says (scale [y, x] for stretch).
 
-        `letterbox_uint8`, traced once per detector for uint8 images of any size: its many
+        `letterbox_uint8`, traced once per runner for uint8 images of any size: its many
         small ops cost far less as one graph than one by one.
         """
         import tensorflow as tf

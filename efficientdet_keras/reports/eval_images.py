@@ -24,7 +24,7 @@ from efficientdet_keras.data.pixels import pipeline_images_to_uint8
 from efficientdet_keras.utils.drawing import draw_boxes, encode_png, side_by_side
 from efficientdet_keras.utils.fileio import write_bytes_atomically
 from efficientdet_keras.detection.box_scales import image_box_factors
-from efficientdet_keras.detection.postprocess import Detections
+from efficientdet_keras.detection.postprocess import BatchedDetections
 
 # The TensorBoard tag of the pictures, and the folder under a run directory that holds them.
 SUMMARY_TAG = "eval_images"
@@ -81,7 +81,7 @@ class EvaluationImages:
         """Forgets the pictures of the previous evaluation."""
         self.pictures = []
 
-    def __call__(self, images, labels, detections: Detections) -> None:
+    def __call__(self, images, labels, detections: BatchedDetections) -> None:
         """The evaluate_dataset hook for one batch.
 
         Args:
@@ -89,7 +89,7 @@ class EvaluationImages:
           labels: the pipeline's labels: groundtruth_boxes [B, G, 4] and groundtruth_classes
             [B, G] in input pixels, image_scales [B] (original pixels per input pixel),
             source_ids [B].
-          detections: Detections (numpy) with boxes in original pixels.
+          detections: BatchedDetections (numpy) with boxes in original pixels.
         """
         wanted = min(self.num_images - len(self.pictures), int(images.shape[0]))
         if wanted <= 0:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator, List, Sequence, Tuple
 
 from absl import logging
 
-INSTALL_HINT = "pip install 'efficientdet_keras[trackers]'"
+from efficientdet_keras.utils.extras import import_extra
 
 # Small requests (parameters, metrics, run state): one retry, a few seconds each.
 REQUEST_TIMEOUT_SECONDS = 3
@@ -34,19 +34,11 @@ _HTTP_CAUSE = re.compile(r"\(Caused by \w+\((.*)\)\)\s*$")
 _PASSWORD_IN_URI = re.compile(r"//[^/@]*@")
 
 
-class MLflowMissingError(ImportError, ValueError):
-    """mlflow is not installed (a ValueError too, so the tools print one line)."""
-
-
 def import_mlflow():
-    """The mlflow module; MLflowMissingError (one line with the install command) without it."""
-    try:
-        import mlflow
-        import mlflow.tracking  # noqa: F401 (MlflowClient)
-    except ImportError as e:
-        cause = "" if getattr(e, "name", None) == "mlflow" else " (%s)" % e
-        raise MLflowMissingError("the MLflow tracker needs mlflow%s: %s"
-                                 % (cause, INSTALL_HINT)) from None
+    """The mlflow module (with mlflow.tracking, for MlflowClient); MissingExtraError (one line
+    with the install command) without it."""
+    mlflow = import_extra("mlflow", "the MLflow tracker", "trackers")
+    import_extra("mlflow.tracking", "the MLflow tracker", "trackers")
     return mlflow
 
 

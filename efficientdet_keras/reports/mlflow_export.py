@@ -6,9 +6,10 @@ from typing import Optional
 
 from absl import logging
 
-from efficientdet_keras.reports.mlflow_calls import (UPLOAD_TIMEOUT_SECONDS, MLflowMissingError,
-                                                     attempt, import_mlflow, redacted)
+from efficientdet_keras.reports.mlflow_calls import (UPLOAD_TIMEOUT_SECONDS, attempt,
+                                                     import_mlflow, redacted)
 from efficientdet_keras.reports.mlflow_record import read_run_record
+from efficientdet_keras.utils.extras import MissingExtraError
 
 EXPORT_ARTIFACTS = "export"
 
@@ -26,7 +27,7 @@ def log_export(model_dir: str, export_path: str) -> Optional[str]:
         return None
     try:
         mlflow = import_mlflow()
-    except MLflowMissingError as e:
+    except MissingExtraError as e:
         logging.warning("%s is not logged to MLflow run %s: %s", export_path, record["run_id"], e)
         return None
     name = os.path.basename(os.path.normpath(export_path))

@@ -71,7 +71,7 @@ class MLflowRunLogger:
       run_name: default the model_dir's base name.
 
     Raises:
-      MLflowMissingError without mlflow.
+      MissingExtraError without mlflow.
 
     Attributes:
       run_id: the MLflow run's id once `begin` started it (None if it could not).

@@ -44,7 +44,7 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
     and its PruningSummaries is the TensorBoard callback (sparsity in model_dir/metrics).
     ResultsCallback writes model_dir/results.csv and plots/ after each epoch. With
     config.mlflow_tracking_uri, MLflowTracker (after it) logs the run to MLflow, from the
-    chief only; without mlflow installed that is MLflowMissingError.
+    chief only; without mlflow installed that is MissingExtraError.
     `display_images` validation images (0: none) are drawn, ground truth beside the
     detections, at each COCO evaluation into model_dir/eval_images (COCOCallback).
     Under multi-worker training (`strategy`, default the current one) only the chief

@@ -30,7 +30,7 @@ class MLflowTracker(keras.callbacks.Callback):
       run_name: default the model_dir's base name.
 
     Raises:
-      MLflowMissingError without mlflow.
+      MissingExtraError without mlflow.
 
     Attributes:
       mlflow_run: the MLflowRunLogger that makes the calls (its experiment, run_name, ...).
