@@ -18,6 +18,10 @@ __version__ = "0.1.0"
 
 # Public name -> the submodule that defines it.
 _EXPORTS = {
+    # The verbs: a run, its evaluation and its export in one call each.
+    "train": "workflows.train", "evaluate": "workflows.evaluate", "export": "workflows.export",
+    "TrainResult": "workflows.train", "EvalResult": "workflows.evaluate",
+    "ExportResult": "workflows.export", "FORMATS": "workflows.formats",
     # Config.
     "Config": "config", "MODEL_NAMES": "config", "get_efficientdet_config": "config",
     "validate_config": "config",

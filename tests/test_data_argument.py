@@ -118,7 +118,8 @@ def test_training_with_evaluation_on_data_without_a_validation_split_stops_with_
     result = run_tool("train.py", "--data=" + data, "--model_dir=%s" % (tmp_path / "run"))
     assert result.returncode != 0
     assert result.stderr.strip().splitlines()[-1].endswith(
-        "labels.json has no val or test split to evaluate on; use --mode=train, or add one")
+        "labels.json has no val or test split to evaluate on; name a split, train without "
+        "evaluation (--mode=train), or add one")
 
 
 def test_a_dataset_converted_to_tfrecords_reads_back_and_checks(tmp_path):

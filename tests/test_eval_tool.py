@@ -137,12 +137,12 @@ def test_bad_flags_are_one_line_errors(tmp_path):
     assert "none-*" in result.stderr.strip().splitlines()[-1]
     result = run_tool("--ckpt=%s" % tmp_path, "--val_file_pattern=x", "--write_images=2")
     assert result.returncode != 0 and result.stderr.strip().splitlines()[-1] == (
-        "efficientdet-eval: --write_images needs --images_dir (or --model_dir, for "
+        "efficientdet-eval: write_images needs images_dir (or model_dir, for "
         "<model_dir>/eval_images)")
     result = run_tool("--ckpt=%s" % tmp_path, "--val_file_pattern=x",
                       "--confusion_iou_thresh=0")
     assert result.returncode != 0 and result.stderr.strip().splitlines()[-1] == (
-        "efficientdet-eval: --confusion_iou_thresh must be in (0, 1]")
+        "efficientdet-eval: confusion_iou_thresh must be in (0, 1]")
 
 
 @pytest.mark.quick

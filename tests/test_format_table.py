@@ -1,5 +1,5 @@
 """efficientdet-bench --formats: one model exported to each format, scored, timed and sized
-(reports/format_table.py), on a small confident D0 whose validation data is labelled with its
+(workflows/compare_formats.py), on a small confident D0 whose validation data is labelled with its
 own detections, so that AP is far from 0 and a format that loses boxes shows it."""
 
 import csv
@@ -10,7 +10,7 @@ import pytest
 
 from helpers import confident_model, keras_seeded, python, write_self_labelled_data
 from efficientdet_keras import save_ckpt
-from efficientdet_keras.reports.format_table import FORMATS, TABLE_COLUMNS, check_formats
+from efficientdet_keras.workflows.compare_formats import FORMATS, TABLE_COLUMNS, check_formats
 
 pytest.importorskip("openvino", reason="openvino (the openvino extra) is not installed")
 pytest.importorskip("onnxruntime", reason="onnxruntime (the onnx extra) is not installed")
@@ -31,14 +31,14 @@ def test_formats_are_checked_in_one_line():
     result = run_bench("--model=nowhere", "--formats=tensorrt")
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1].startswith(
-        "efficientdet-bench: --formats: unknown format tensorrt")
+        "efficientdet-bench: formats: unknown format tensorrt")
     # int8 files calibrate on TFRecords: asked for by name without them, refused at once.
     result = run_bench("--model=nowhere", "--formats=onnx,openvino_int8,tflite_int8",
                        "--val_json_file=val.json", "--image_dir=images")
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1] == (
-        "efficientdet-bench: --formats: openvino_int8, tflite_int8 calibrate on TFRecords: "
-        "give --val_file_pattern")
+        "efficientdet-bench: formats: openvino_int8, tflite_int8 calibrate on TFRecords: "
+        "give --val_file_pattern (val_file_pattern= in Python)")
     # With "all" they are left out in one line, before the model loads (here: fails to).
     result = run_bench("--model=nowhere", "--formats=all", "--val_json_file=val.json",
                        "--image_dir=images")

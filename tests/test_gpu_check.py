@@ -7,8 +7,8 @@ import subprocess
 import pytest
 
 from helpers import python
-from efficientdet_keras.training import device_check
-from efficientdet_keras.training.device_check import (FAILED, SKIPPED, TIMED_OUT, WORKS,
+from efficientdet_keras.workflows import gpu_check, gpu_check_table
+from efficientdet_keras.workflows.gpu_check import (FAILED, SKIPPED, TIMED_OUT, WORKS,
                                                       CheckOptions, RowResult)
 from efficientdet_keras.training.device_settings import SETTINGS, setting_named
 
@@ -93,7 +93,7 @@ ROWS = [RowResult("float32", WORKS, step_s=0.1234, images_per_s=64.83,
 
 @pytest.mark.quick
 def test_table_aligns_the_figures_and_puts_the_result_last():
-    assert device_check.format_table(ROWS, "peak GPU memory").splitlines() == [
+    assert gpu_check_table.format_table(ROWS, "peak GPU memory").splitlines() == [
         "setting                        step (median)  images/s  peak GPU memory  result",
         "float32                              0.123 s      64.8         9,877 MB  works",
         "mixed_float16 XLA                    0.050 s     160.0         5,000 MB  works",
@@ -107,16 +107,16 @@ def test_table_aligns_the_figures_and_puts_the_result_last():
 
 
 def test_progress_lines():
-    assert device_check.progress_line(1, 5, ROWS[0], "peak GPU memory") == (
+    assert gpu_check_table.progress_line(1, 5, ROWS[0], "peak GPU memory") == (
         "[1/5] float32: works, 0.123 s/step, 64.8 images/s, peak GPU memory 9,877 MB (41 s)")
-    assert device_check.progress_line(3, 5, ROWS[2], "peak RSS (CPU)") == (
+    assert gpu_check_table.progress_line(3, 5, ROWS[2], "peak RSS (CPU)") == (
         "[3/5] mirrored float32: skipped: needs 2 GPUs (found 1)")
 
 
 def test_comparison_takes_the_fastest_one_device_mixed_row_and_names_the_differences():
     rows = ROWS + [RowResult("mixed_bfloat16", WORKS, step_s=0.1, images_per_s=80.0),
                    RowResult("mirrored mixed_float16", WORKS, step_s=0.05, images_per_s=999.0)]
-    text = device_check.throughput_comparison(rows, CheckOptions(batch_size=200), gpus=2)
+    text = gpu_check_table.throughput_comparison(rows, CheckOptions(batch_size=200), gpus=2)
     assert text.splitlines()[1:4] == [
         "  measured here, efficientdet-d0 at 512 px, batch 200, on GPU:0:",
         "    float32             64.8 images/s",
@@ -124,7 +124,7 @@ def test_comparison_takes_the_fastest_one_device_mixed_row_and_names_the_differe
     # Model, size and batch match the A100 mixed-precision figure: only the input differs.
     assert text.splitlines()[-1] == ("  this measurement differs from theirs: one repeated "
                                      "batch here, their input pipeline there.")
-    other = device_check.throughput_comparison(
+    other = gpu_check_table.throughput_comparison(
         [], CheckOptions("efficientdet-lite0", 320, 4, hparams="num_classes=3"), gpus=0)
     assert "    no one-device float32 or mixed-precision row ran" in other.splitlines()
     assert " ".join(other.split("theirs: ", 1)[1].split()) == (
@@ -134,33 +134,33 @@ def test_comparison_takes_the_fastest_one_device_mixed_row_and_names_the_differe
 
 
 def test_rows_a_machine_cannot_run_are_skipped_with_the_reason():
-    mirrored = [s for s in SETTINGS if s.replicas == device_check.MIRRORED]
+    mirrored = [s for s in SETTINGS if s.replicas == gpu_check.MIRRORED]
     assert len(mirrored) == 6
     for gpus, reason in ((0, "needs 2 GPUs (found 0)"), (1, "needs 2 GPUs (found 1)"), (2, "")):
-        plan = device_check.plan_rows(SETTINGS, gpus)
+        plan = gpu_check.plan_rows(SETTINGS, gpus)
         assert [setting for setting, _ in plan] == list(SETTINGS)
         assert all(why == (reason if setting in mirrored else "") for setting, why in plan)
-    note = device_check.cpu_note(SETTINGS)
+    note = gpu_check.cpu_note(SETTINGS)
     assert note.startswith("no GPU found: running the CPU rows; the mirrored rows need 2 GPUs; "
                            "mixed_float16 runs slowly on a CPU")
-    assert "mixed_float16" not in device_check.cpu_note([setting_named("float32")])
+    assert "mixed_float16" not in gpu_check.cpu_note([setting_named("float32")])
 
 
 def test_options_no_row_could_train_with_stop_before_the_rows():
     with pytest.raises(ValueError, match="Unknown config key 'num_clases'"):
-        device_check.check_options(CheckOptions(hparams="num_clases=3"))
+        gpu_check.check_options(CheckOptions(hparams="num_clases=3"))
     with pytest.raises(ValueError, match="Invalid config: .*min_level"):
-        device_check.check_options(CheckOptions(hparams="min_level=5,max_level=4"))
-    device_check.check_options(CheckOptions(hparams="batch_norm_renorm=true"))
+        gpu_check.check_options(CheckOptions(hparams="min_level=5,max_level=4"))
+    gpu_check.check_options(CheckOptions(hparams="batch_norm_renorm=true"))
 
 
 def test_settings_are_chosen_by_name_in_table_order():
-    assert device_check.selected_settings([]) == list(SETTINGS)
-    assert [s.name for s in device_check.selected_settings(
+    assert gpu_check.selected_settings([]) == list(SETTINGS)
+    assert [s.name for s in gpu_check.selected_settings(
         ["hub trainer", " float32", "float32"])] == ["float32", "hub trainer"]
     with pytest.raises(ValueError, match="no device setting 'fp16'; the settings are: float32, "
                                          "float32 XLA, mixed_float16,"):
-        device_check.selected_settings(["fp16"])
+        gpu_check.selected_settings(["fp16"])
 
 
 def python_child(code):
@@ -169,21 +169,21 @@ def python_child(code):
 
 def test_a_row_reads_its_childs_json_line_or_its_crash_or_timeout():
     setting = setting_named("float32")
-    measured = device_check.run_row(setting, python_child(
+    measured = gpu_check.run_row(setting, python_child(
         "print('TensorFlow chatter {'); print('{\"works\": true, \"step_s\": 0.5, "
         "\"images_per_s\": 4.0, \"peak_memory_bytes\": 7}')"), timeout=60)
     assert (measured.status, measured.step_s, measured.images_per_s,
             measured.peak_memory_bytes) == (WORKS, 0.5, 4.0, 7)
-    failed = device_check.run_row(setting, python_child(
+    failed = gpu_check.run_row(setting, python_child(
         "print('{\"works\": false, \"error\": \"ValueError: bad\"}'); raise SystemExit(1)"),
         timeout=60)
     assert (failed.status, failed.detail, failed.step_s) == (FAILED, "ValueError: bad", None)
-    crashed = device_check.run_row(setting, python_child(
+    crashed = gpu_check.run_row(setting, python_child(
         "import os, sys; print('F0000 check failed: XLA', file=sys.stderr, flush=True); "
         "os.abort()"), timeout=60)
     assert (crashed.status, crashed.detail) == (
         FAILED, "F0000 check failed: XLA (killed by signal 6)")
-    stopped = device_check.run_row(setting, python_child("import time; time.sleep(30)"),
+    stopped = gpu_check.run_row(setting, python_child("import time; time.sleep(30)"),
                                    timeout=1)
     assert (stopped.status, stopped.detail) == (TIMED_OUT, "stopped after 1 s (--timeout)")
     assert stopped.seconds < 10
@@ -195,10 +195,10 @@ def test_error_line_skips_tensorflow_context_lines():
         "Graph execution error:\n\nDetected at node gradient_tape/x defined at (most recent "
         "call last):\n  File \"train.py\", line 1\n{{function_node __inference_train_"
         "function_1}} OOM when allocating tensor with shape[8,64,256,256]\n\t [[{{node x}}]]"))
-    assert device_check.error_line(error) == (
+    assert gpu_check.error_line(error) == (
         "ResourceExhaustedError: OOM when allocating tensor with shape[8,64,256,256]")
-    assert device_check.error_line(ValueError("first\nsecond")) == "ValueError: first"
-    assert device_check.error_line(KeyError()) == "KeyError"
+    assert gpu_check.error_line(ValueError("first\nsecond")) == "ValueError: first"
+    assert gpu_check.error_line(KeyError()) == "KeyError"
 
 
 def test_step_seconds_leave_out_the_warmup_steps():
@@ -221,11 +221,11 @@ def test_gpu_queries_with_tensorflows_device_calls_stubbed(monkeypatch):
 
     monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: devices)
     monkeypatch.setattr(tf.config.experimental, "get_device_details", device_details)
-    assert device_check.gpu_names() == ["NVIDIA A100-SXM4-80GB", "/physical_device:GPU:1",
+    assert gpu_check.gpu_names() == ["NVIDIA A100-SXM4-80GB", "/physical_device:GPU:1",
                                         "/physical_device:GPU:2"]
     peaks = {"GPU:0": 5, "GPU:1": 7, "GPU:2": 100}
     monkeypatch.setattr(tf.config.experimental, "get_memory_info",
                         lambda device: {"current": 0, "peak": peaks[device]})
-    assert device_check.peak_memory_bytes(gpus=3, replicas=2) == 12
-    assert device_check.peak_memory_bytes(gpus=3, replicas=1) == 5
-    assert device_check.peak_memory_bytes(gpus=0, replicas=1) > 100e6  # This process's RSS.
+    assert gpu_check.peak_memory_bytes(gpus=3, replicas=2) == 12
+    assert gpu_check.peak_memory_bytes(gpus=3, replicas=1) == 5
+    assert gpu_check.peak_memory_bytes(gpus=0, replicas=1) > 100e6  # This process's RSS.

@@ -207,7 +207,7 @@ def test_export_command_refuses_a_bad_opset_in_one_line(tmp_path):
                       "--export_dir=%s" % export_dir, "--onnx_opset=9")
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1].startswith(
-        "efficientdet-export: --onnx_opset: ONNX opset must be 13 to 18")
+        "efficientdet-export: onnx_opset: ONNX opset must be 13 to 18")
     assert not export_dir.exists()
 
 
@@ -368,4 +368,5 @@ def test_eval_of_the_file_scores_as_the_model_with_hard_nms(exported, tmp_path):
     refused = run_tool("eval", "--onnx=%s" % path, "--nms_method=gaussian", *common)
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     assert refused.stderr.strip().splitlines()[-1] == (
-        "efficientdet-eval: --onnx: the file's NMS was fixed at export; leave out --nms_method")
+        "efficientdet-eval: onnx: the file's NMS was fixed at export; leave out the NMS "
+        "settings (method)")

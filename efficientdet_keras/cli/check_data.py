@@ -23,7 +23,9 @@ import os
 
 from absl import flags
 
-from efficientdet_keras.cli.common import HPARAMS_HELP, run_app, run_or_exit, user_config_keys
+from efficientdet_keras.cli.common import HPARAMS_HELP, run_app, run_or_exit
+from efficientdet_keras.cli.flag_groups import flag_values
+from efficientdet_keras.workflows.train import user_config_keys
 
 TOOL = "efficientdet-check-data"
 
@@ -50,84 +52,84 @@ flags.DEFINE_integer("seed", 0, "--preview_png: the training pipeline's seed (or
                      "augmentation draws).")
 
 
-def check_flags() -> None:
+def check_flags(args) -> None:
     """Raises ValueError or FileNotFoundError naming the flag, before TensorFlow works."""
     given = [name for name in ("data", "file_pattern", "json_file", "voc_root")
-             if FLAGS[name].value]
+             if getattr(args, name)]
     if len(given) != 1:
         raise ValueError("give exactly one of --data, --file_pattern, --json_file (with "
                          "--image_dir) or --voc_root%s"
                          % (" (got --%s)" % ", --".join(given) if given else ""))
-    if FLAGS.json_file and not FLAGS.image_dir:
+    if args.json_file and not args.image_dir:
         raise ValueError("--json_file needs --image_dir")
     for name in ("data", "json_file", "image_dir", "voc_root"):
-        value = FLAGS[name].value
+        value = getattr(args, name)
         if value and not os.path.exists(value):
             raise FileNotFoundError("--%s %s does not exist" % (name, value))
-    for pattern in filter(None, FLAGS.file_pattern.split(",")):
+    for pattern in filter(None, args.file_pattern.split(",")):
         if not glob.glob(pattern.strip()):
             raise FileNotFoundError("--file_pattern %r matches no file" % pattern)
-    if FLAGS.preview_png:
-        if FLAGS.preview_images < 1:
-            raise ValueError("--preview_images must be at least 1, got %d" % FLAGS.preview_images)
-        folder = os.path.dirname(FLAGS.preview_png)
+    if args.preview_png:
+        if args.preview_images < 1:
+            raise ValueError("--preview_images must be at least 1, got %d" % args.preview_images)
+        folder = os.path.dirname(args.preview_png)
         if folder and not os.path.isdir(folder):
             raise FileNotFoundError("--preview_png %s: folder %s does not exist"
-                                    % (FLAGS.preview_png, folder))
+                                    % (args.preview_png, folder))
 
 
-def make_source_and_label_map(config):
+def make_source_and_label_map(args, config):
     """The data source of the flags and the class names to show ({id: name} or None)."""
     from efficientdet_keras.data.sources import RecordsSource, make_source
     from efficientdet_keras.config.label_maps import label_names
     label_map = label_names(config.label_map)
-    if FLAGS.data:
+    if args.data:
         from efficientdet_keras.data.formats.classes import classes_into_config
         from efficientdet_keras.data.datasets import open_dataset
-        dataset = open_dataset(FLAGS.data)
-        source = dataset.source(FLAGS.data_split)
-        print(dataset.describe([FLAGS.data_split]))
+        dataset = open_dataset(args.data)
+        source = dataset.source(args.data_split)
+        print(dataset.describe([args.data_split]))
         for warning in classes_into_config(config, dataset.classes,
-                                           user_config_keys(FLAGS.hparams)):
+                                           user_config_keys(args.hparams)):
             print("Warning: %s" % warning)
         return source, label_names(config.label_map)
-    if FLAGS.voc_root:
+    if args.voc_root:
         from efficientdet_keras.data.formats.voc import VOC_LABEL_MAP, load_voc_records
         label_map = label_map or VOC_LABEL_MAP
-        return RecordsSource(load_voc_records(FLAGS.voc_root, FLAGS.voc_split, label_map)), \
+        return RecordsSource(load_voc_records(args.voc_root, args.voc_split, label_map)), \
             label_map
-    if FLAGS.json_file:
+    if args.json_file:
         from efficientdet_keras.data.formats.coco_json import coco_categories
-        label_map = label_map or coco_categories(FLAGS.json_file)
-    return make_source(FLAGS.file_pattern, FLAGS.json_file, FLAGS.image_dir), label_map
+        label_map = label_map or coco_categories(args.json_file)
+    return make_source(args.file_pattern, args.json_file, args.image_dir), label_map
 
 
-def check_data() -> None:
-    check_flags()
+def check_data(args) -> None:
+    check_flags(args)
     from efficientdet_keras import get_efficientdet_config
     from efficientdet_keras.data.check import (format_report, plot_box_sizes, scan_dataset,
                                                summarize)
     from efficientdet_keras.utils.fileio import write_json_atomically
-    config = get_efficientdet_config(FLAGS.model_name).override(FLAGS.hparams)
-    source, label_map = make_source_and_label_map(config)
-    if FLAGS.preview_png:
+    config = get_efficientdet_config(args.model_name).override(args.hparams)
+    source, label_map = make_source_and_label_map(args, config)
+    if args.preview_png:
         from efficientdet_keras.data.preview import write_preview
-        write_preview(FLAGS.preview_png, config, source, FLAGS.preview_images, FLAGS.seed,
+        write_preview(args.preview_png, config, source, args.preview_images, args.seed,
                       label_map)
-        print("Augmented training images: %s" % FLAGS.preview_png)
-    scan = scan_dataset(source, config, max_records=FLAGS.max_records)
+        print("Augmented training images: %s" % args.preview_png)
+    scan = scan_dataset(source, config, max_records=args.max_records)
     summary = summarize(scan, config, label_map)
     print(format_report(summary))
-    if FLAGS.output_png and plot_box_sizes(scan, config, FLAGS.output_png):
-        print("Box size chart: %s" % FLAGS.output_png)
-    if FLAGS.output_json:
-        write_json_atomically(FLAGS.output_json, summary)
-        print("Numbers: %s" % FLAGS.output_json)
+    if args.output_png and plot_box_sizes(scan, config, args.output_png):
+        print("Box size chart: %s" % args.output_png)
+    if args.output_json:
+        write_json_atomically(args.output_json, summary)
+        print("Numbers: %s" % args.output_json)
 
 
 def main(argv):
     del argv
-    run_or_exit(TOOL, check_data)
+    run_or_exit(TOOL, check_data, flag_values(FLAGS))
 
 
 def run():

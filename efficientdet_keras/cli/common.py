@@ -12,16 +12,11 @@ import tempfile
 
 from efficientdet_keras.utils.error_text import first_cause_line
 from efficientdet_keras.utils.fileio import FileWriteError
-# The tools' config and model loading lives in the library (the Python Detector uses it too).
-from efficientdet_keras.inference.loading import (load_model_and_config,  # noqa: F401
-                                                  load_run_config)
+from efficientdet_keras.workflows.evaluate import EVAL_TIMEOUT_WITHOUT_TRAINER_S
 
 # Errors caused by what the user gave (flags, files, data) or by the disk (full, read-only):
 # reported in one line.
 USER_ERRORS = (ValueError, FileNotFoundError, KeyError, FileWriteError)
-# How old a run's newest checkpoint may get, with no trainer running there, before a
-# continuous evaluator stops by default: time for a scheduler to restart a preempted trainer.
-EVAL_TIMEOUT_WITHOUT_TRAINER_S = 600
 # The --eval_timeout flag of the tools that evaluate continuously.
 EVAL_TIMEOUT_HELP = ("Continuous evaluation: stop after this many seconds without a new "
                      "checkpoint; 0: wait until the final epoch's checkpoint; default: stop once "
@@ -87,9 +82,13 @@ def tool_help(module_name: str, everything: bool = False) -> str:
     doc = (sys.modules[module_name].__doc__ or "").strip()
     if everything:
         return "%s\n\nflags:\n%s" % (doc, flags.FLAGS.get_help())
-    # absl files the flags of the __main__ module under the program path.
+    # absl files the flags of the __main__ module under the program path; the tool's flag
+    # groups are filed under the cli modules that define them.
     key = sys.argv[0] if module_name == "__main__" else module_name
-    own_flags = flags.FLAGS.module_help(key).strip().splitlines()[1:]  # Without the module title.
+    modules = [key] + sorted(name for name in flags.FLAGS.flags_by_module_dict()
+                             if name.startswith(__package__ + ".") and name != module_name)
+    own_flags = [line for name in modules  # Each module's help without its title.
+                 for line in flags.FLAGS.module_help(name).strip().splitlines()[1:]]
     return "%s\n\nflags:\n%s\n\nTry --helpfull to see every flag, absl's too." \
         % (doc, "\n".join(own_flags))
 
@@ -136,11 +135,11 @@ def import_tensorflow_quietly() -> None:
                 print("\n".join(kept), file=sys.stderr)
 
 
-def run_or_exit(tool: str, fn, *args):
-    """Calls fn(*args); a user error, or a TensorFlow error from reading the data (a bad
+def run_or_exit(tool: str, fn, *args, **kwargs):
+    """Calls fn(*args, **kwargs); a user error, or a TensorFlow error from reading the data (a bad
     class id, a malformed record), ends the program with "tool: message" and no traceback."""
     try:
-        return fn(*args)
+        return fn(*args, **kwargs)
     except USER_ERRORS as e:
         message = e.args[0] if isinstance(e, KeyError) and e.args else e
     except Exception as e:  # noqa: BLE001 (only input-pipeline errors are caught; see below)
@@ -179,45 +178,17 @@ def input_error_cause(error: BaseException):
     return re.sub(r"^assertion failed: \[(.*)\]$", r"\1", line)[:300]  # tf Assert
 
 
-def user_config_keys(hparams: str) -> set:
-    """The top-level config keys an --hparams value sets, in its strings or YAML files (the
-    keys a dataset's classes must not overwrite)."""
-    from efficientdet_keras.config.overrides import override_mappings
-    return {key for mapping in override_mappings(hparams or "") for key in mapping}
+def print_result(result) -> None:
+    """Prints a workflow's result (its summary), after a blank line."""
+    print("\n" + result.summary())
 
 
-def print_evaluation(path, metrics, timing=None) -> None:
-    """The metrics table of one evaluated checkpoint."""
-    from efficientdet_keras.evaluation.runner import format_metrics
-    if timing is not None:
-        print("\n%s: %d images (network %.1fs, post-processing %.1fs, scoring %.1fs)"
-              % (path, timing.images, timing.network, timing.postprocess, timing.scoring))
-    else:
-        print("\n%s:" % path)
-    print(format_metrics(metrics))
-
-
-def watch_and_report(evaluation, model_dir: str, archive_keep: int, eval_timeout=None,
-                     on_result=print_evaluation) -> None:
-    """Continuous evaluation of a training run, printing each result and the best checkpoint.
-
-    eval_timeout (the tools' --eval_timeout): seconds without a new checkpoint before it
-    stops; 0: wait for the final epoch; None: stop once no trainer runs in model_dir and
-    its newest checkpoint is older than EVAL_TIMEOUT_WITHOUT_TRAINER_S.
-    Checkpoints the trainer deletes before they are read are skipped (a warning).
-    on_result(path, metrics, timing) reports each evaluated checkpoint.
-    """
+def print_continuous_end(ended) -> None:
+    """The line saying whether a continuous evaluation reached the run's final epoch, and
+    the best checkpoint's."""
     from efficientdet_keras.checkpoint.archive import ARCHIVE_MONITOR
-    from efficientdet_keras.evaluation.continuous import evaluate_continuously
-    from efficientdet_keras.utils.run_lock import running_trainer
-    follow = eval_timeout is None
-    best, finished = evaluate_continuously(
-        evaluation, model_dir, archive_keep=archive_keep,
-        timeout=EVAL_TIMEOUT_WITHOUT_TRAINER_S if follow else (eval_timeout or None),
-        on_result=on_result,
-        running_trainer=(lambda: running_trainer(model_dir)) if follow else None)
-    print("Final epoch %d evaluated." % evaluation.config.num_epochs if finished
+    print("Final epoch %d evaluated." % ended.num_epochs if ended.finished
           else "Stopped before the final epoch's checkpoint.")
-    if best is not None:
-        print("Best checkpoint: %s (%s %.4f)" % (best["path"], ARCHIVE_MONITOR,
-                                                 best[ARCHIVE_MONITOR]))
+    if ended.best is not None:
+        print("Best checkpoint: %s (%s %.4f)" % (ended.best["path"], ARCHIVE_MONITOR,
+                                                 ended.best[ARCHIVE_MONITOR]))

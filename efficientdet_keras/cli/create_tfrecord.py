@@ -38,6 +38,7 @@ from typing import Optional
 from absl import flags, logging
 
 from efficientdet_keras.cli.common import run_app
+from efficientdet_keras.cli.flag_groups import flag_values
 
 TOOL = "efficientdet-create-tfrecord"
 
@@ -62,35 +63,35 @@ flags.DEFINE_integer("num_shards", 1, "Number of output files.", lower_bound=1)
 flags.DEFINE_string("output_json", "", "Optional COCO ground-truth JSON of the written images.")
 
 
-def check_flags() -> Optional[str]:
+def check_flags(args) -> Optional[str]:
     """The first problem with the flags as an error message, or None. Touches no TensorFlow."""
-    if FLAGS.data:
-        if FLAGS.input_format or FLAGS.coco_json or FLAGS.voc_root:
+    if args.data:
+        if args.input_format or args.coco_json or args.voc_root:
             return "--data names the whole dataset; drop --input_format, --coco_json, --voc_root"
-        if not os.path.exists(FLAGS.data):
-            return "--data %s does not exist" % FLAGS.data
-    elif FLAGS.input_format is None:
+        if not os.path.exists(args.data):
+            return "--data %s does not exist" % args.data
+    elif args.input_format is None:
         return "--input_format is required (coco or voc), or --data"
-    elif FLAGS.input_format == "voc":
-        if not FLAGS.voc_root:
+    elif args.input_format == "voc":
+        if not args.voc_root:
             return "--voc_root is required with --input_format=voc"
-        if not os.path.isdir(FLAGS.voc_root):
-            return "--voc_root %s is not a directory" % FLAGS.voc_root
+        if not os.path.isdir(args.voc_root):
+            return "--voc_root %s is not a directory" % args.voc_root
     else:
         for name in ("coco_json", "image_dir"):
-            if not FLAGS[name].value:
+            if not getattr(args, name):
                 return "--%s is required with --input_format=coco" % name
-        if not os.path.isfile(FLAGS.coco_json):
-            return "--coco_json %s is not a file" % FLAGS.coco_json
-        if not os.path.isdir(FLAGS.image_dir):
-            return "--image_dir %s is not a directory" % FLAGS.image_dir
-    if FLAGS.label_map and not os.path.isfile(FLAGS.label_map):
-        return "--label_map %s is not a file" % FLAGS.label_map
-    if not FLAGS.output_prefix:
+        if not os.path.isfile(args.coco_json):
+            return "--coco_json %s is not a file" % args.coco_json
+        if not os.path.isdir(args.image_dir):
+            return "--image_dir %s is not a directory" % args.image_dir
+    if args.label_map and not os.path.isfile(args.label_map):
+        return "--label_map %s is not a file" % args.label_map
+    if not args.output_prefix:
         return "--output_prefix is required, e.g. --output_prefix=out/train"
-    if FLAGS.output_prefix.endswith(os.sep):
-        return "--output_prefix %s names a directory; add a file name prefix" % FLAGS.output_prefix
-    for path in (FLAGS.output_prefix, FLAGS.output_json):
+    if args.output_prefix.endswith(os.sep):
+        return "--output_prefix %s names a directory; add a file name prefix" % args.output_prefix
+    for path in (args.output_prefix, args.output_json):
         if not path:
             continue
         directory = os.path.dirname(os.path.abspath(path))
@@ -105,16 +106,17 @@ def check_flags() -> Optional[str]:
 
 def main(argv):
     del argv
-    problem = check_flags()
+    args = flag_values(FLAGS)
+    problem = check_flags(args)
     if problem:
         sys.exit("%s: %s" % (TOOL, problem))
 
     try:
-        jobs, label_map = conversion_jobs()
+        jobs, label_map = conversion_jobs(args)
     except (OSError, ValueError, KeyError) as e:
         sys.exit("%s: %s" % (TOOL, e))
     for prefix, records, json_path in jobs:
-        convert(records, prefix, json_path, label_map)
+        convert(args, records, prefix, json_path, label_map)
     if FLAGS.data:
         from efficientdet_keras.utils.fileio import write_json_atomically
         path = os.path.join(os.path.dirname(os.path.abspath(FLAGS.output_prefix)),
@@ -123,46 +125,46 @@ def main(argv):
         print("Class names in %s" % path)
 
 
-def conversion_jobs():
+def conversion_jobs(args):
     """[(output prefix, records, ground-truth JSON path or "")] and the label map."""
-    from efficientdet_keras.data.datasets import read_label_map_file
-    label_map = read_label_map_file(FLAGS.label_map) if FLAGS.label_map else None
-    if FLAGS.data:
+    from efficientdet_keras.data.formats.label_map import read_label_map_file
+    label_map = read_label_map_file(args.label_map) if args.label_map else None
+    if args.data:
         from efficientdet_keras.data.datasets import open_dataset
-        dataset = open_dataset(FLAGS.data)
+        dataset = open_dataset(args.data)
         print(dataset.describe())
         label_map = label_map or dataset.classes.names
-        return [("%s-%s" % (FLAGS.output_prefix, name), split.records,
-                 "%s-%s.json" % (FLAGS.output_prefix, name))
+        return [("%s-%s" % (args.output_prefix, name), split.records,
+                 "%s-%s.json" % (args.output_prefix, name))
                 for name, split in dataset.splits.items() if split.records is not None], \
             label_map
-    if FLAGS.input_format == "voc":
+    if args.input_format == "voc":
         from efficientdet_keras.data.formats.voc import VOC_LABEL_MAP, load_voc_records
         label_map = label_map or VOC_LABEL_MAP
-        records = load_voc_records(FLAGS.voc_root, FLAGS.voc_split, label_map)
+        records = load_voc_records(args.voc_root, args.voc_split, label_map)
     else:
         from efficientdet_keras.data.formats.coco_json import coco_categories
         from efficientdet_keras.data.formats.coco_records import load_coco_records
-        records = load_coco_records(FLAGS.coco_json, FLAGS.image_dir)
-        label_map = label_map or coco_categories(FLAGS.coco_json)
-    return [(FLAGS.output_prefix, records, FLAGS.output_json)], label_map
+        records = load_coco_records(args.coco_json, args.image_dir)
+        label_map = label_map or coco_categories(args.coco_json)
+    return [(args.output_prefix, records, args.output_json)], label_map
 
 
-def convert(records, output_prefix: str, output_json: str, label_map) -> None:
+def convert(args, records, output_prefix: str, output_json: str, label_map) -> None:
     """Writes one set of records as shards of output_prefix (and its ground truth)."""
     from efficientdet_keras.data.formats.coco_json import records_to_coco
     from efficientdet_keras.data.tfrecord_writer import shard_paths, write_tfrecords
     if not records:
         sys.exit("%s: the input lists no images" % TOOL)
     stale = sorted(set(glob.glob(glob.escape(output_prefix) + "-?????-of-?????.tfrecord"))
-                   - set(shard_paths(output_prefix, FLAGS.num_shards)))
+                   - set(shard_paths(output_prefix, args.num_shards)))
     if stale:
         logging.warning("%d shard(s) from an earlier run with another --num_shards remain, "
                         "e.g. %s; a '%s-*' pattern would read them too",
                         len(stale), stale[0], output_prefix)
 
     try:
-        stats = write_tfrecords(records, output_prefix, FLAGS.num_shards, label_map)
+        stats = write_tfrecords(records, output_prefix, args.num_shards, label_map)
     except (OSError, ValueError) as e:
         sys.exit("%s: %s" % (TOOL, e))
     if output_json:
@@ -173,8 +175,8 @@ def convert(records, output_prefix: str, output_json: str, label_map) -> None:
         except OSError as e:
             sys.exit("%s: %s" % (TOOL, e))
     print("Wrote %d images (%d objects) to %d shard(s) %s-*-of-%05d.tfrecord; skipped %d images%s"
-          % (stats.images_written, stats.objects_written, FLAGS.num_shards, output_prefix,
-             FLAGS.num_shards, stats.images_skipped,
+          % (stats.images_written, stats.objects_written, args.num_shards, output_prefix,
+             args.num_shards, stats.images_skipped,
              "; ground truth in %s" % output_json if output_json else ""))
     if stats.data_report:
         print("Data report: %s" % ", ".join("%s=%d" % kv for kv in stats.data_report.items()))

@@ -55,76 +55,76 @@ flags.DEFINE_string("measure", "", "Run the one setting of this name in this pro
                     "print its result as a JSON line: what each row's own process does.")
 
 
-def options():
-    from efficientdet_keras.training.device_check import CheckOptions
-    return CheckOptions(model_name=FLAGS.model_name, image_size=FLAGS.image_size,
-                        batch_size=FLAGS.batch_size, steps=FLAGS.steps, hparams=FLAGS.hparams)
-
-
-def child_argv(setting_name: str, data_dir: str):
+def child_argv(setting_name: str, options, data_dir: str, hub_module: str):
     """The command line of one row's process: this tool with --measure and the same flags."""
     return [sys.executable, "-m", "efficientdet_keras.cli.gpu_check",
-            "--measure=%s" % setting_name, "--model_name=%s" % FLAGS.model_name,
-            "--image_size=%d" % FLAGS.image_size, "--batch_size=%d" % FLAGS.batch_size,
-            "--steps=%d" % FLAGS.steps, "--hparams=%s" % FLAGS.hparams,
-            "--data_dir=%s" % data_dir, "--hub_module=%s" % FLAGS.hub_module]
+            "--measure=%s" % setting_name, "--model_name=%s" % options.model_name,
+            "--image_size=%d" % options.image_size, "--batch_size=%d" % options.batch_size,
+            "--steps=%d" % options.steps, "--hparams=%s" % options.hparams,
+            "--data_dir=%s" % data_dir, "--hub_module=%s" % hub_module]
 
 
-def measure():
+def measure(setting_name: str, options, data_dir: str, hub_module: str):
     """--measure: one row, its result as one JSON line."""
-    from efficientdet_keras.training import device_check
-    device_check.setting_named(FLAGS.measure)  # An unknown name is a flag error, not a row.
-    data_dir = FLAGS.data_dir or tempfile.mkdtemp(prefix="efficientdet_gpu_check_")
+    from efficientdet_keras.workflows import gpu_check
+    gpu_check.setting_named(setting_name)  # An unknown name is a flag error, not a row.
+    folder = data_dir or tempfile.mkdtemp(prefix="efficientdet_gpu_check_")
     try:
-        result = device_check.measure_row(FLAGS.measure, options(), data_dir, FLAGS.hub_module)
+        result = gpu_check.measure_row(setting_name, options, folder, hub_module)
     finally:
-        if not FLAGS.data_dir:
-            shutil.rmtree(data_dir, ignore_errors=True)
+        if not data_dir:
+            shutil.rmtree(folder, ignore_errors=True)
     print(json.dumps(result), flush=True)
     if not result["works"]:
         sys.exit(1)
 
 
-def check():
+def check(setting_names, options, timeout: float, data_dir: str, hub_module: str):
     """Every selected row, a progress line as each ends, then the table and the published
     figures."""
-    from efficientdet_keras.training import device_check
-    settings = device_check.selected_settings(FLAGS.settings)
-    check_options = options()
-    device_check.check_options(check_options)
-    names = device_check.gpu_names()
+    from efficientdet_keras.workflows import gpu_check, gpu_check_table
+    settings = gpu_check.selected_settings(setting_names)
+    gpu_check.check_options(options)
+    names = gpu_check.gpu_names()
     gpus = len(names)
-    memory_heading = device_check.memory_label(gpus)
+    memory_heading = gpu_check_table.memory_label(gpus)
     print(textwrap.fill("%d GPU(s) found: %s." % (gpus, ", ".join(names)) if gpus
-                        else device_check.cpu_note(settings), width=LINE_WIDTH))
+                        else gpu_check.cpu_note(settings), width=LINE_WIDTH))
     print(textwrap.fill("%s at %d px, batch %d per device, %d untimed + %d timed steps per "
                         "setting, each setting in its own process%s." % (
-                            FLAGS.model_name, FLAGS.image_size, FLAGS.batch_size,
-                            device_check.WARMUP_STEPS, FLAGS.steps,
-                            "; hparams %s" % FLAGS.hparams if FLAGS.hparams else ""),
+                            options.model_name, options.image_size, options.batch_size,
+                            gpu_check.WARMUP_STEPS, options.steps,
+                            "; hparams %s" % options.hparams if options.hparams else ""),
                         width=LINE_WIDTH), flush=True)
-    data_dir = FLAGS.data_dir or tempfile.mkdtemp(prefix="efficientdet_gpu_check_")
+    folder = data_dir or tempfile.mkdtemp(prefix="efficientdet_gpu_check_")
     try:
-        rows = device_check.run_check(
-            settings, gpus, lambda name: child_argv(name, data_dir), FLAGS.timeout,
-            on_row=lambda index, count, row: print(device_check.progress_line(
+        rows = gpu_check.run_check(
+            settings, gpus, lambda name: child_argv(name, options, folder, hub_module), timeout,
+            on_row=lambda index, count, row: print(gpu_check_table.progress_line(
                 index, count, row, memory_heading), flush=True))
     finally:
-        if not FLAGS.data_dir:
-            shutil.rmtree(data_dir, ignore_errors=True)
+        if not data_dir:
+            shutil.rmtree(folder, ignore_errors=True)
     print()
-    print(device_check.format_table(rows, memory_heading))
+    print(gpu_check_table.format_table(rows, memory_heading))
     print()
-    print(device_check.throughput_comparison(rows, check_options, gpus))
+    print(gpu_check_table.throughput_comparison(rows, options, gpus))
     failed = [row.setting for row in rows
-              if row.status in (device_check.FAILED, device_check.TIMED_OUT)]
+              if row.status in (gpu_check.FAILED, gpu_check.TIMED_OUT)]
     if failed:
         sys.exit("%s: %d setting(s) did not work: %s" % (TOOL, len(failed), ", ".join(failed)))
 
 
 def main(argv):
     del argv
-    run_or_exit(TOOL, measure if FLAGS.measure else check)
+    from efficientdet_keras.workflows.gpu_check import CheckOptions
+    options = CheckOptions(model_name=FLAGS.model_name, image_size=FLAGS.image_size,
+                           batch_size=FLAGS.batch_size, steps=FLAGS.steps, hparams=FLAGS.hparams)
+    if FLAGS.measure:
+        run_or_exit(TOOL, measure, FLAGS.measure, options, FLAGS.data_dir, FLAGS.hub_module)
+    else:
+        run_or_exit(TOOL, check, FLAGS.settings, options, FLAGS.timeout, FLAGS.data_dir,
+                    FLAGS.hub_module)
 
 
 def run():

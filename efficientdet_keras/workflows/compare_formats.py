@@ -1,7 +1,8 @@
-"""One trained model in every serving format, side by side: accuracy, speed and size.
+"""compare_formats: one trained model in every serving format, side by side: accuracy, speed
+and size.
 
-    rows = format_table(model, config, checkpoint, FORMATS, "exported/table",
-                        source, annotation_file=None, calibration_pattern="data/val-*.tfrecord")
+    rows = compare_formats(model, config, checkpoint, FORMATS, "exported/table",
+                           source, annotation_file=None, calibration_pattern="data/val-*.tfrecord")
     print(table_text(rows, throughput_batch=8))
     write_table_csv(rows, "exported/table/formats.csv")
 
@@ -16,12 +17,11 @@ import csv
 import os
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
-# The formats, each written by the package's exporter (`export_format`): the .tflite files run
-# the detection op's NMS, the SavedModel and OpenVINO the config's, ONNX hard NMS.
-FORMATS = ("saved_model", "onnx", "openvino", "openvino_fp16", "openvino_int8", "tflite",
-           "tflite_fp16", "tflite_int8")
-# The precision of each format name's file.
-PRECISION_SUFFIXES = {"fp16": "float16", "int8": "int8"}
+from efficientdet_keras.workflows.formats import (INT8, ExportOptions, compared_variants,
+                                                  file_megabytes)
+
+# The compared files, in table order: each format's file at each of its compared precisions.
+FORMATS = tuple(name for name, _, _ in compared_variants())
 TABLE_COLUMNS = ("format", "AP", "AP50", "latency_ms", "images_per_second", "size_mb",
                  "threads", "nms")
 
@@ -52,59 +52,32 @@ def check_formats(formats: Sequence[str]) -> List[str]:
     return [f for f in FORMATS if f in asked]
 
 
-def megabytes(path: str) -> float:
-    """Size on disk of a file (an IR with its .bin) or of a folder's files, in MB."""
-    if os.path.isdir(path):
-        return sum(os.path.getsize(os.path.join(root, name))
-                   for root, _, names in os.walk(path) for name in names) / 1e6
-    size = os.path.getsize(path)
-    if path.endswith(".xml"):
-        size += os.path.getsize(path[:-len(".xml")] + ".bin")
-    return size / 1e6
-
-
 def format_precision(name: str) -> str:
-    """The precision of format `name`'s file: float32, float16 or int8."""
-    return PRECISION_SUFFIXES.get(name.rsplit("_", 1)[-1], "float32")
+    """The precision of compared file `name`: float32, float16 or int8."""
+    return _variants()[name][1]
+
+
+def _variants():
+    return {name: (fmt, precision) for name, fmt, precision in compared_variants()}
 
 
 def export_format(model, name: str, folder: str, calibration_pattern: Optional[str]) -> str:
-    """Writes `model` in format `name` under folder/name; returns the path a Detector loads."""
-    out = os.path.join(folder, name)
-    if name == "saved_model":
-        from efficientdet_keras.export.saved_model import export_detector
-        return export_detector(model, out)
-    if name == "onnx":
-        from efficientdet_keras.export.onnx import export_onnx
-        return export_onnx(model, os.path.join(out, "model.onnx"))
-    precision = format_precision(name)
-    if precision == "int8" and not calibration_pattern:
+    """Writes `model` as compared file `name` under folder/name; returns the path a Detector
+    loads."""
+    fmt, precision = _variants()[name]
+    if precision == INT8 and not calibration_pattern:
         raise ValueError("%s needs calibration images: give a TFRecord file pattern "
                          "(--val_file_pattern)" % name)
-    if name.startswith("openvino"):
-        from efficientdet_keras.export.openvino import export_openvino
-        return export_openvino(model, os.path.join(out, "model.xml"), precision,
-                               calibration_data=calibration_pattern)
-    from efficientdet_keras.export.tflite import export_tflite
-    os.makedirs(out, exist_ok=True)
-    return export_tflite(model, os.path.join(out, "model.tflite"), precision,
-                         representative_data=calibration_pattern)
+    return fmt.write(model, os.path.join(folder, name),
+                     ExportOptions(precision=precision, calibration_data=calibration_pattern))
 
 
 def evaluate_file(path: str, name: str, source, annotation_file, batch_size: int,
                   num_threads: Optional[int]) -> Dict[str, float]:
     """COCO metrics of an exported .onnx, OpenVINO or .tflite file."""
-    from efficientdet_keras.evaluation import tflite_evaluation
-    if name.startswith("tflite"):
-        from efficientdet_keras.inference.tflite_runner import TFLiteDetector
-        evaluation = tflite_evaluation.TFLiteEvaluation(
-            TFLiteDetector(path, num_threads=num_threads), source, annotation_file,
-            batch_size=batch_size, progress=False)
-    else:
-        from efficientdet_keras.inference.loading import graph_file_detector
-        evaluation = tflite_evaluation.GraphFileEvaluation(
-            graph_file_detector(path, num_threads), source, annotation_file,
-            batch_size=batch_size, progress=False)
+    from efficientdet_keras.workflows.evaluate import file_evaluation
+    evaluation = file_evaluation(path, source, annotation_file, batch_size=batch_size,
+                                 num_threads=num_threads, progress=False)
     return evaluation.run()[1]
 
 
@@ -117,17 +90,11 @@ def evaluate_checkpoint(config, checkpoint: str, source, annotation_file,
 
 
 def file_nms(name: str, config) -> str:
-    """The NMS the format's file runs, for the table."""
-    if name.startswith("tflite"):
-        from efficientdet_keras.export.tflite import op_nms_method
-        return "op " + op_nms_method(config)
-    if name == "onnx":
-        from efficientdet_keras.export.onnx import onnx_nms_method
-        return onnx_nms_method(config)
-    return config.nms_configs.method or "hard"
+    """The NMS compared file `name` runs, for the table."""
+    return _variants()[name][0].nms(config)
 
 
-def format_table(model, config, checkpoint: str, formats: Sequence[str], folder: str, source,
+def compare_formats(model, config, checkpoint: str, formats: Sequence[str], folder: str, source,
                  annotation_file: Optional[str] = None,
                  calibration_pattern: Optional[str] = None, batch_size: int = 8,
                  throughput_batch: int = 8, runs: int = 10, warmup: int = 3,
@@ -162,9 +129,53 @@ def format_table(model, config, checkpoint: str, formats: Sequence[str], folder:
                                               warmup=warmup, verbose=False).end_to_end
                            for size in (1, throughput_batch))
         rows.append(FormatRow(name, path, float(metrics["AP"]), float(metrics["AP50"]),
-                              single.median_ms, batched.images_per_second, megabytes(path),
+                              single.median_ms, batched.images_per_second, file_megabytes(path),
                               int(threads or 0), file_nms(name, config)))
     return rows
+
+
+def compare_model_formats(model: str, formats: Sequence[str], *,
+                          val_file_pattern: Optional[str] = None,
+                          val_json_file: Optional[str] = None, image_dir: Optional[str] = None,
+                          export_dir: Optional[str] = None, model_name: str = "", hparams="",
+                          progress=print, **timing):
+    """compare_formats for a training directory or checkpoint `model`, on validation
+    TFRecords (val_file_pattern, also the int8 calibration images) or COCO JSON with its
+    image folder; the files go to export_dir (default: <model>/formats). Returns (the
+    FormatRows, the model's config).
+
+    formats: FORMATS names or ["all"]; int8 files need val_file_pattern: asked for by name
+    without it they are refused, with "all" left out (a progress line says so).
+    timing: compare_formats' throughput_batch, runs, warmup, num_threads and image.
+    """
+    from efficientdet_keras.data.sources import make_source
+    from efficientdet_keras.workflows.export import load_trained_model, model_location
+    asked_all = list(formats) == ["all"]
+    try:
+        formats = check_formats(formats)
+    except ValueError as e:
+        raise ValueError("formats: %s" % e) from None
+    if not (val_file_pattern or (val_json_file and image_dir)):
+        raise ValueError("comparing formats needs validation data: --val_file_pattern, or "
+                         "--val_json_file with --image_dir (the same names in Python)")
+    int8 = [name for name in formats if format_precision(name) == INT8]
+    if int8 and not val_file_pattern:  # Calibration reads TFRecords.
+        if not asked_all:
+            raise ValueError("formats: %s calibrate on TFRecords: give --val_file_pattern "
+                             "(val_file_pattern= in Python)" % ", ".join(int8))
+        progress("Skipping %s: int8 calibration reads TFRecords (--val_file_pattern)"
+                 % ", ".join(int8))
+        formats = [name for name in formats if name not in int8]
+    model_dir, ckpt = model_location(model)
+    keras_model = load_trained_model(model, model_name, hparams)
+    export_dir = export_dir or os.path.join(model_dir or os.path.dirname(ckpt) or ".",
+                                            "formats")
+    source = make_source(val_file_pattern or None, None if val_file_pattern else val_json_file,
+                         image_dir or None)
+    rows = compare_formats(keras_model, keras_model.config, ckpt or model_dir, formats,
+                           export_dir, source, val_json_file or None, val_file_pattern or None,
+                           progress=progress, **timing)
+    return rows, keras_model.config
 
 
 def table_text(rows: Sequence[FormatRow], throughput_batch: int) -> str:
