@@ -233,7 +233,7 @@ def resize_benchmark_data():
 def bench_resize(config) -> None:
     from efficientdet_keras.data.sources import TFRecordSource
     from efficientdet_keras.evaluation.tflite_evaluation import TFLiteEvaluation
-    from efficientdet_keras.export.tflite import export_tflite
+    from efficientdet_keras.exporters.tflite import export_tflite
     from efficientdet_keras.inference.loading import load_model_and_config
     from efficientdet_keras.inference.tflite_runner import TFLiteRunner
 
@@ -452,7 +452,7 @@ def bench_serve(config) -> None:
     import tensorflow as tf
 
     from efficientdet_keras import EfficientDetNet
-    from efficientdet_keras.export.saved_model import export_detector
+    from efficientdet_keras.exporters.saved_model import export_detector
 
     config = config.copy()
     config.override({"image_size": FLAGS.image_size})
@@ -474,8 +474,8 @@ def bench_serve(config) -> None:
 
 def bench_export(config) -> None:
     from efficientdet_keras import EfficientDetNet
-    from efficientdet_keras.export.saved_model import export_detector
-    from efficientdet_keras.export.tflite import export_tflite
+    from efficientdet_keras.exporters.saved_model import export_detector
+    from efficientdet_keras.exporters.tflite import export_tflite
 
     config = config.copy()
     config.override({"image_size": FLAGS.image_size})
@@ -504,8 +504,8 @@ def directory_megabytes(path: str) -> float:
 def bench_tflite(config) -> None:
     import tensorflow as tf
 
-    from efficientdet_keras.export.saved_model import export_detector
-    from efficientdet_keras.export.tflite import export_tflite
+    from efficientdet_keras.exporters.saved_model import export_detector
+    from efficientdet_keras.exporters.tflite import export_tflite
     from efficientdet_keras.inference.loading import load_model_and_config
 
     del config  # The trained model's own (model_dir/config.yaml, plus --hparams).

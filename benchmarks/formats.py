@@ -7,7 +7,7 @@ calibrated on them), timed end to end at batch 1 and at a throughput batch, and 
 benchmark runs it on a `--demo` run folder and records the rows in the results file under
 --results_entry, from which the README's and the benchmarks page's format tables are written.
 `bench_int8_choices` scores the run's OpenVINO IR quantized with each NNCF preset, with the
-prediction convolutions quantized or kept in float32 (export/openvino_int8.py).
+prediction convolutions quantized or kept in float32 (exporters/openvino_int8.py).
 """
 
 import os
@@ -62,8 +62,8 @@ def bench_int8_choices(model_dir: str, results_path: str,
     import openvino
 
     from efficientdet_keras.data.sources import make_source
-    from efficientdet_keras.export.openvino import export_openvino, sidecar_info
-    from efficientdet_keras.export.openvino_int8 import quantize
+    from efficientdet_keras.exporters.openvino import export_openvino, sidecar_info
+    from efficientdet_keras.exporters.openvino_int8 import quantize
     from efficientdet_keras.inference.loading import load_model_and_config
     from efficientdet_keras.inference.sidecar import sidecar_path
     from efficientdet_keras.reports.format_table import evaluate_file

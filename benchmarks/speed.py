@@ -180,7 +180,7 @@ def uses_tflite(path: str) -> bool:
 def tflite_detector(model):
     """A TFLiteRunner of `model` exported as a float32 .tflite with raw outputs (XNNPACK,
     one interpreter thread per core)."""
-    from efficientdet_keras.export.tflite import export_tflite
+    from efficientdet_keras.exporters.tflite import export_tflite
     from efficientdet_keras.inference.tflite_runner import TFLiteRunner
 
     path = os.path.join(scratch_dir("speed_"), "raw.tflite")
@@ -211,7 +211,7 @@ def measure_end_to_end(settings: SpeedSettings, path: str, image_size: int) -> d
     import numpy as np
     import tensorflow as tf
 
-    from efficientdet_keras.export.saved_model import export_detector
+    from efficientdet_keras.exporters.saved_model import export_detector
 
     model, _ = inference_model(settings, path, image_size)
     spec = SPEED_PATHS[path]

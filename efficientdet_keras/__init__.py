@@ -38,8 +38,8 @@ _EXPORTS = {
     # Evaluation.
     "COCOEvaluator": "evaluation",
     # Export.
-    "export_detector": "export.saved_model", "export_tflite": "export.tflite",
-    "export_onnx": "export.onnx", "export_feature_module": "export.hub_module",
+    "export_detector": "exporters.saved_model", "export_tflite": "exporters.tflite",
+    "export_onnx": "exporters.onnx", "export_feature_module": "exporters.hub_module",
     # Inference.
     "Detector": "inference.detector", "Detections": "inference.results",
     "ensemble_detections": "inference.results",

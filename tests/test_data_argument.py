@@ -52,7 +52,7 @@ def test_train_on_a_roboflow_export_takes_classes_and_names_from_the_data(tmp_pa
     assert matrix[0].split(",")[1:] == ["widget", "gadget", "background"]
     # The .tflite label file comes from the run's config: the data's names, in id order.
     from efficientdet_keras.config import Config
-    from efficientdet_keras.export.tflite_metadata import label_lines
+    from efficientdet_keras.exporters.tflite_metadata import label_lines
     assert label_lines(Config.from_yaml(str(model_dir / "config.yaml"))) == ["widget", "gadget"]
     # The SavedModel carries the names and, beside them, the mapping back to the data's ids.
     export_dir = tmp_path / "exported"

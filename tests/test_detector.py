@@ -17,7 +17,7 @@ from PIL import Image
 from helpers import tiny_config
 from efficientdet_keras import Detections, Detector, EfficientDetNet, save_ckpt
 from efficientdet_keras.checkpoint import variable_name
-from efficientdet_keras.export.saved_model import export_detector
+from efficientdet_keras.exporters.saved_model import export_detector
 from efficientdet_keras.inference.loading import checkpoint_config
 
 LABELS = {1: "circle", 2: "square", 3: "triangle", 4: "cross"}

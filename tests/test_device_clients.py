@@ -20,7 +20,7 @@ from PIL import Image
 from helpers import (CLIENTS_PYTHON, REPO_ROOT, confident_model, keras_seeded, python,
                      synthetic_images)
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
-from efficientdet_keras.export import tflite, tflite_metadata
+from efficientdet_keras.exporters import tflite, tflite_metadata
 from efficientdet_keras.inference.detector import Detector
 
 pytest.importorskip("ai_edge_litert", reason="ai-edge-litert (the tflite extra) is not installed")
@@ -144,7 +144,7 @@ def test_client_object_detector_finds_the_detectors_detections(client, exported,
 def test_int8_boxes_are_clipped_and_close_to_the_float_files(exported, images):
     """The int8 file lets the op decode raw codes; its boxes are clipped inside the file,
     its scores pass the export's int8 check and its best box lands where float32's does."""
-    from efficientdet_keras.export import tflite_parity
+    from efficientdet_keras.exporters import tflite_parity
     name, model, paths = exported
     arrays, _ = images
     check, = tflite_parity.standard_checks(model, paths["int8-uint8-input"], arrays)

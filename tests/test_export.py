@@ -12,7 +12,7 @@ from efficientdet_keras import EfficientDetNet, restore_ckpt, save_ckpt
 from efficientdet_keras.checkpoint import variable_name
 from efficientdet_keras.data.augmentation.augment import resize_crop_pad
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
-from efficientdet_keras.export.saved_model import export_detector
+from efficientdet_keras.exporters.saved_model import export_detector
 from efficientdet_keras.detection.postprocess import postprocess_detections
 
 SMALL = dict(SMALL_NETWORK, image_size=64, num_classes=4,

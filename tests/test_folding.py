@@ -110,7 +110,7 @@ def test_a_folded_model_cannot_be_trained_or_folded_again():
 
 
 def test_the_exported_detector_runs_folded_and_detects_as_the_model(tmp_path):
-    from efficientdet_keras.export.saved_model import export_detector
+    from efficientdet_keras.exporters.saved_model import export_detector
     from efficientdet_keras.inference.serving_graph import DetectionModule, inference_network
     config = tiny_config(image_size=64, fpn_num_filters=16, fpn_cell_repeats=1,
                          box_class_repeats=2)

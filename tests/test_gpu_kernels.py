@@ -178,7 +178,7 @@ def hub_module(tmp_path_factory):
     """A feature module exported from a float32 model of the tiny architecture (built once
     per test run, shared by the xdist workers)."""
     def build(folder):
-        from efficientdet_keras.export.hub_module import export_feature_module
+        from efficientdet_keras.exporters.hub_module import export_feature_module
         source = EfficientDetNet(config=tiny_config(**TINY))
         source.build_variables()
         export_feature_module(source, folder)
@@ -202,7 +202,7 @@ def test_every_setting_is_checked():
 
 
 class TestServing:
-    """The detection SavedModel's graph (export/saved_model.py): pre-processing, the folded
+    """The detection SavedModel's graph (exporters/saved_model.py): pre-processing, the folded
     network and NMS. detect_examples calls detect_encoded, so two traces cover all three
     signatures."""
 

@@ -62,7 +62,7 @@ def served_root(tmp_path_factory):
     """A folder laid out like a hub: the module's archive at HANDLE_PATH, the same module
     packed inside a top folder at /wrapped/1 and a file that is no archive at /junk/1."""
     from efficientdet_keras import EfficientDetNet
-    from efficientdet_keras.export.hub_module import export_feature_module
+    from efficientdet_keras.exporters.hub_module import export_feature_module
 
     work = tmp_path_factory.mktemp("hub_handles")
     source = EfficientDetNet(config=module_config())

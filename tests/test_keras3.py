@@ -20,7 +20,7 @@ from efficientdet_keras import EfficientDetNet, EfficientDetNetTrain, InputPipel
 from efficientdet_keras.data.sources import TFRecordSource
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
 from efficientdet_keras.inference.detector import Detector
-from efficientdet_keras.export.saved_model import export_detector
+from efficientdet_keras.exporters.saved_model import export_detector
 from efficientdet_keras.training.keras3_objects import Keras3Callback, door_callbacks, is_keras3
 
 SMALL = dict(SMALL_NETWORK, image_size=64, num_classes=4, batch_size=2, backbone_survival_prob=1.0, jitter_min=1.0,

@@ -57,10 +57,10 @@ def test_an_upward_import_breaks_the_layers_contract(tmp_path):
 
 def test_siblings_of_one_layer_may_not_import_each_other(tmp_path):
     root = package_copy(tmp_path)
-    add_import(root, "export/saved_model.py", "import efficientdet_keras.evaluation.runner")
+    add_import(root, "exporters/saved_model.py", "import efficientdet_keras.evaluation.runner")
     result = lint_imports(root, os.path.join(root, "setup.cfg"))
     assert result.returncode == 1
-    assert "efficientdet_keras.export is not allowed to import" in result.stdout
+    assert "efficientdet_keras.exporters is not allowed to import" in result.stdout
 
 
 def test_a_circle_inside_a_folder_breaks_the_acyclic_contract(tmp_path):

@@ -1,4 +1,4 @@
-"""ONNX export (export/onnx.py), its parity check (graph_parity.py), the ONNX Runtime runner
+"""ONNX export (exporters/onnx.py), its parity check (graph_parity.py), the ONNX Runtime runner
 (inference/onnx_runner.py), Detector("model.onnx") and efficientdet-eval --onnx.
 
 One D0 at 128 px with hard NMS is exported once per module. It is untrained but made
@@ -31,8 +31,8 @@ from efficientdet_keras.evaluation.file_evaluation import GraphFileEvaluation
 pytest.importorskip("tf2onnx", reason="tf2onnx (the onnx extra) is not installed")
 pytest.importorskip("onnxruntime", reason="onnxruntime (the onnx extra) is not installed")
 
-from efficientdet_keras.export import onnx as onnx_export, graph_parity  # noqa: E402
-from efficientdet_keras.export.parity import saved_model_batch_detect  # noqa: E402
+from efficientdet_keras.exporters import onnx as onnx_export, graph_parity  # noqa: E402
+from efficientdet_keras.exporters.parity import saved_model_batch_detect  # noqa: E402
 from efficientdet_keras.inference.graph_file_runner import split_outputs  # noqa: E402
 from efficientdet_keras.inference.onnx_runner import ONNXRunner  # noqa: E402
 from efficientdet_keras.utils.extras import MissingExtraError, install_command  # noqa: E402

@@ -1,4 +1,4 @@
-"""OpenVINO export (export/openvino.py, int8 by export/openvino_int8.py), its parity check
+"""OpenVINO export (exporters/openvino.py, int8 by exporters/openvino_int8.py), its parity check
 (graph_parity.py), the OpenVINO runner (inference/openvino_runner.py), Detector("model.xml")
 and efficientdet-eval --openvino.
 
@@ -18,12 +18,12 @@ import pytest
 from helpers import (FAST, confident_model, keras_seeded, printed_metrics, python, synthetic_images,
                      tiny_config, write_self_labelled_data)
 from efficientdet_keras import Detector, EfficientDetNet, save_ckpt
-from efficientdet_keras.export.parity import saved_model_batch_detect
+from efficientdet_keras.exporters.parity import saved_model_batch_detect
 
 pytest.importorskip("openvino", reason="openvino (the openvino extra) is not installed")
 
-from efficientdet_keras.export import graph_parity, openvino as openvino_export  # noqa: E402
-from efficientdet_keras.export.openvino_int8 import nncf_module  # noqa: E402
+from efficientdet_keras.exporters import graph_parity, openvino as openvino_export  # noqa: E402
+from efficientdet_keras.exporters.openvino_int8 import nncf_module  # noqa: E402
 from efficientdet_keras.inference.graph_file_runner import split_outputs  # noqa: E402
 from efficientdet_keras.inference.openvino_runner import OpenVINORunner  # noqa: E402
 from efficientdet_keras.utils.extras import MissingExtraError, install_command  # noqa: E402
@@ -121,7 +121,7 @@ def test_int8_quantizes_the_convolutions_but_the_prediction_ones(exported, tmp_p
     import openvino
     from efficientdet_keras.data.sources import TFRecordSource
     from efficientdet_keras.evaluation.file_evaluation import GraphFileEvaluation
-    from efficientdet_keras.export.openvino_int8 import prediction_convolutions
+    from efficientdet_keras.exporters.openvino_int8 import prediction_convolutions
     from efficientdet_keras.inference.loading import graph_file_runner
     model, path, root = exported
     records = write_self_labelled_data(model, str(tmp_path / "data"), 128, 128)

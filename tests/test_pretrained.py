@@ -241,7 +241,7 @@ def test_backbone_only_checkpoint_must_fill_the_backbone(tmp_path):
 # --- TF-Hub feature modules ----------------------------------------------------------------
 
 def test_hub_model_loads_a_checkpoint_of_its_module_model(tmp_path):
-    from efficientdet_keras.export.hub_module import export_feature_module
+    from efficientdet_keras.exporters.hub_module import export_feature_module
     from efficientdet_keras.training.hub_trainer import EfficientDetNetTrainHub
 
     config = tiny_config(fpn_num_filters=16, fpn_cell_repeats=1, box_class_repeats=1)

@@ -199,7 +199,7 @@ def test_pruning_summaries_reach_tensorboard(pruned_run):
 
 
 def test_export_strips_wrappers_and_reports_the_sparsity(pruned_run, tmp_path):
-    from efficientdet_keras.export.saved_model import export_detector
+    from efficientdet_keras.exporters.saved_model import export_detector
     model, _ = pruned_run
     with absl_info_messages() as messages:
         # Unfolded, so the exported kernels are the masked averages themselves (folding

@@ -152,7 +152,7 @@ def _learned_scale(model, point):
 
 def test_int8_export_uses_learned_ranges_and_matches_fake_quantized_outputs(trained, tmp_path):
     pytest.importorskip("ai_edge_litert")
-    from efficientdet_keras.export.tflite import export_tflite
+    from efficientdet_keras.exporters.tflite import export_tflite
     from efficientdet_keras.detection.postprocess import flatten_outputs
     model, _, _ = trained
     path = export_tflite(model, str(tmp_path / "qat.tflite"), quantization="int8",
@@ -200,7 +200,7 @@ def test_int8_export_uses_learned_ranges_and_matches_fake_quantized_outputs(trai
 
 @pytest.mark.quick
 def test_int8_export_of_a_swish_qat_model_is_refused_with_the_reason(tmp_path):
-    from efficientdet_keras.export.tflite import export_tflite
+    from efficientdet_keras.exporters.tflite import export_tflite
     config = tiny_config("efficientdet-d0", image_size=64, **SHALLOW,
                          model_optimizations={"quantize": {}})
     model = EfficientDetNet(config=config)

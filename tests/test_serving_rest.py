@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from helpers import tiny_config
 from efficientdet_keras import EfficientDetNet
-from efficientdet_keras.export.saved_model import export_detector
+from efficientdet_keras.exporters.saved_model import export_detector
 
 SMALL = dict(image_size=64, num_classes=4, fpn_num_filters=16, fpn_cell_repeats=1,
              box_class_repeats=1)

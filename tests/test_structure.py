@@ -100,3 +100,17 @@ def test_a_format_rejects_a_precision_it_does_not_write():
         get_format("onnx").canonical_precision("int8")
     with pytest.raises(ValueError, match="unknown format 'tensorrt': choose from saved_model"):
         get_format("tensorrt")
+
+
+def test_no_subpackage_shadows_a_public_name():
+    """A subpackage named like a public name (export/ beside export()) replaces the function
+    on the package as soon as any of its modules is imported."""
+    import efficientdet_keras
+    folders = {name for name in os.listdir(PACKAGE)
+               if os.path.isfile(os.path.join(PACKAGE, name, "__init__.py"))}
+    assert not folders & set(efficientdet_keras.__all__)
+    import efficientdet_keras.exporters.saved_model  # noqa: F401
+    from efficientdet_keras import evaluate, export, train
+    assert [f.__module__ for f in (train, evaluate, export)] == [
+        "efficientdet_keras.workflows.train", "efficientdet_keras.workflows.evaluate",
+        "efficientdet_keras.workflows.export"]

@@ -1,4 +1,4 @@
-"""TFLite export (efficientdet_keras/export/tflite.py) and its parity checks (tflite_parity.py).
+"""TFLite export (efficientdet_keras/exporters/tflite.py) and its parity checks (tflite_parity.py).
 
 The models are untrained, so they are first made "confident": one forward pass in
 training mode with batch_norm_momentum 0 sets the moving statistics of the BiFPN and head
@@ -20,7 +20,7 @@ from helpers import (FAST, confident_model, keras_seeded, overlapping_pairs, pyt
                      score_twice, synthetic_images, tiny_config)
 from efficientdet_keras import EfficientDetNet, save_ckpt
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
-from efficientdet_keras.export import tflite, tflite_parity
+from efficientdet_keras.exporters import tflite, tflite_parity
 
 pytest.importorskip("ai_edge_litert", reason="ai-edge-litert (the tflite extra) is not installed")
 

@@ -26,7 +26,7 @@ from efficientdet_keras.evaluation.runner import evaluate_dataset
 from efficientdet_keras.data.pixels import pipeline_images_to_uint8, to_uint8
 from efficientdet_keras.evaluation.tflite_evaluation import TFLiteEvaluation
 from efficientdet_keras.inference.serving_graph import preprocess_image
-from efficientdet_keras.export.tflite import export_tflite
+from efficientdet_keras.exporters.tflite import export_tflite
 from efficientdet_keras.data.augmentation.augment import resize_crop_pad
 from efficientdet_keras.inference.tflite_runner import TFLiteRunner, letterbox_uint8
 from efficientdet_keras.utils.extras import MissingExtraError, install_command

@@ -2,7 +2,7 @@
 
 Both files are the detection SavedModel's serving function converted, pre-processing and NMS
 included: uint8 images [B, H, W, 3] of any size in, the SavedModel's four outputs out
-(export/onnx.py and export/openvino.py describe them). Each comes with its sidecar
+(exporters/onnx.py and exporters/openvino.py describe them). Each comes with its sidecar
 `<file>.json`. A subclass opens its runtime (`_open`) and runs a batch (`_infer`).
 
     runner = loading.graph_file_runner("exported/model.xml")  # or "exported/model.onnx"

@@ -4,7 +4,7 @@
     found = runner.detect(image)    # image: uint8 [h, w, 3], any size
     outputs = runner.run(batch)     # uint8 [B, H, W, 3]: the file's four outputs by name
 
-The file comes from `efficientdet-export --format=onnx` (export/onnx.py, which describes its
+The file comes from `efficientdet-export --format=onnx` (exporters/onnx.py, which describes its
 input and outputs) with its sidecar `<file>.onnx.json`; graph_file_runner.py has what the
 runners of exported graph files share. Pre-processing and NMS are inside the file: images of
 any size go in as they are, a batch of one size at a time. onnxruntime is imported when a

@@ -4,7 +4,7 @@
     found = runner.detect(image)    # image: uint8 [h, w, 3], any size
     outputs = runner.run(batch)     # uint8 [B, H, W, 3]: the file's four outputs by name
 
-The IR comes from `efficientdet-export --format=openvino` (export/openvino.py, which
+The IR comes from `efficientdet-export --format=openvino` (exporters/openvino.py, which
 describes it) with its sidecar `<file>.xml.json`; graph_file_runner.py has what the runners of
 exported graph files share. It runs on OpenVINO's CPU plugin in float32: the plugin's default
 on CPUs with bfloat16 instructions is to compute in bfloat16, which moves scores by up to

@@ -1,6 +1,6 @@
 """The serving graph: pre-processing, network and NMS in one tf.Module.
 
-What the detection SavedModel (export/saved_model.py) saves and what the Detector runs for a
+What the detection SavedModel (exporters/saved_model.py) saves and what the Detector runs for a
 checkpoint, so both give the same detections. Its three functions return the same outputs:
   detect_images    images: uint8 [B, H, W, 3], any size
   detect_encoded   images: string [B], encoded JPEG or PNG (sizes may differ)

@@ -11,7 +11,7 @@ through `model.submodules`.
 After an optimizer step the pruned entries of a kernel are no longer zero (the next step
 masks them again), and its moving average (EMA) never is exactly sparse: `PruningStep`
 masks both at each epoch end, before evaluation and checkpoints, and the exporters' stripping
-(export/strip.py) masks what is exported.
+(exporters/strip.py) masks what is exported.
 """
 
 import dataclasses

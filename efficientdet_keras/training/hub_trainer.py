@@ -1,6 +1,6 @@
 """EfficientDetNetTrainHub: fine-tuning a TF-Hub EfficientDet feature module.
 
-The module (see export/hub_module.py) gives per-level class and box features;
+The module (see exporters/hub_module.py) gives per-level class and box features;
 this model adds new prediction convs for the config's num_classes, named like
 the full model's (class_net/class-predict, box_net/box-predict), and trains
 everything with the same train_step, losses, callbacks and CLI as
@@ -15,7 +15,7 @@ EfficientDetNetTrain.
 
 import tensorflow as tf
 
-from efficientdet_keras.export.hub_module import local_module_path
+from efficientdet_keras.exporters.hub_module import local_module_path
 from efficientdet_keras.model.efficientdet import num_anchors_per_location
 from efficientdet_keras.model.heads import PredictionHead
 from efficientdet_keras.training.trainer import EfficientDetNetTrain

@@ -82,13 +82,13 @@ def check_export_options(fmt: ExportFormat, options: ExportOptions, model, model
                                                     "with quantization-aware training"
                                                     if fmt.name == "tflite" else ""))
     if fmt.name == "onnx":
-        from efficientdet_keras.export.onnx import check_opset
+        from efficientdet_keras.exporters.onnx import check_opset
         try:
             check_opset(options.onnx_opset)
         except ValueError as e:
             raise ValueError("onnx_opset: %s" % e) from None
     if fmt.name == "tflite":
-        from efficientdet_keras.export.tflite import INPUT_TYPES, OUTPUTS
+        from efficientdet_keras.exporters.tflite import INPUT_TYPES, OUTPUTS
         for what, value, choices in (("tflite_outputs", options.tflite_outputs, OUTPUTS),
                                      ("tflite_input_type", options.tflite_input_type,
                                       INPUT_TYPES)):
@@ -147,7 +147,7 @@ def export(model, format: str = "saved_model", export_dir: Optional[str] = None,
     result = ExportResult(fmt.name, options.precision, path, export_dir, file_megabytes(path),
                           fmt.describe(keras_model.config, options))
     if check and fmt.check is not None:
-        from efficientdet_keras.export.parity import check_images
+        from efficientdet_keras.exporters.parity import check_images
         images = check_images(keras_model.config, options.calibration_data)
         result.parity = fmt.check(keras_model, path, images, options)
     if isinstance(model, (str, os.PathLike)):

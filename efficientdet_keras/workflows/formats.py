@@ -5,7 +5,7 @@ format comparison, evaluation and the docs iterate.
     fmt.file_name, fmt.precisions, fmt.extra      # "model.tflite", ("float32", ...), "tflite"
     path = fmt.write(model, "exported/demo", ExportOptions(precision="int8", ...))
 
-A new format is one `ExportFormat` row here: its writer (in export/), the NMS its file runs,
+A new format is one `ExportFormat` row here: its writer (in exporters/), the NMS its file runs,
 its parity check and the runner that loads it (in inference/).
 
 Nothing here imports TensorFlow at module level: the command-line tools read the names for
@@ -100,18 +100,18 @@ def _config_nms(config) -> str:
 # Writers: each calls its exporter with the options it takes.
 
 def _write_saved_model(model, export_dir: str, options: ExportOptions) -> str:
-    from efficientdet_keras.export.saved_model import export_detector
+    from efficientdet_keras.exporters.saved_model import export_detector
     precision = None if options.precision == FLOAT32 else options.precision
     return export_detector(model, export_dir, options.fold_batch_norm, precision)
 
 
 def _write_hub(model, export_dir: str, options: ExportOptions) -> str:
-    from efficientdet_keras.export.hub_module import export_feature_module
+    from efficientdet_keras.exporters.hub_module import export_feature_module
     return export_feature_module(model, export_dir)
 
 
 def _write_tflite(model, export_dir: str, options: ExportOptions) -> str:
-    from efficientdet_keras.export.tflite import export_tflite
+    from efficientdet_keras.exporters.tflite import export_tflite
     os.makedirs(export_dir, exist_ok=True)
     return export_tflite(model, FORMATS["tflite"].path_in(export_dir), options.precision,
                          options.tflite_outputs, options.tflite_input_type,
@@ -119,14 +119,14 @@ def _write_tflite(model, export_dir: str, options: ExportOptions) -> str:
 
 
 def _write_onnx(model, export_dir: str, options: ExportOptions) -> str:
-    from efficientdet_keras.export.onnx import export_onnx
+    from efficientdet_keras.exporters.onnx import export_onnx
     os.makedirs(export_dir, exist_ok=True)
     return export_onnx(model, FORMATS["onnx"].path_in(export_dir), options.onnx_opset,
                        options.fold_batch_norm)
 
 
 def _write_openvino(model, export_dir: str, options: ExportOptions) -> str:
-    from efficientdet_keras.export.openvino import export_openvino
+    from efficientdet_keras.exporters.openvino import export_openvino
     return export_openvino(model, FORMATS["openvino"].path_in(export_dir), options.precision,
                            options.fold_batch_norm, options.calibration_data,
                            options.num_calibration_images)
@@ -135,12 +135,12 @@ def _write_openvino(model, export_dir: str, options: ExportOptions) -> str:
 # NMS of the file each format writes.
 
 def _tflite_nms(config) -> str:
-    from efficientdet_keras.export.tflite import op_nms_method
+    from efficientdet_keras.exporters.tflite import op_nms_method
     return "op " + op_nms_method(config)
 
 
 def _onnx_nms(config) -> str:
-    from efficientdet_keras.export.onnx import onnx_nms_method
+    from efficientdet_keras.exporters.onnx import onnx_nms_method
     return onnx_nms_method(config)
 
 
@@ -171,12 +171,12 @@ def _openvino_details(config, options: ExportOptions) -> str:
 # Parity checks of a written file against the Keras model.
 
 def _check_tflite(model, path: str, images, options: ExportOptions):
-    from efficientdet_keras.export import tflite_parity
+    from efficientdet_keras.exporters import tflite_parity
     return tflite_parity.standard_checks(model, path, images)
 
 
 def _check_graph_file(model, path: str, images, options: ExportOptions):
-    from efficientdet_keras.export import graph_parity
+    from efficientdet_keras.exporters import graph_parity
     return graph_parity.standard_checks(model, path, images, options.fold_batch_norm)
 
 

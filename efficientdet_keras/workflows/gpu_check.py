@@ -304,7 +304,7 @@ def exported_hub_module(options: CheckOptions, data_dir: str) -> str:
     complete folder only)."""
     path = os.path.join(data_dir, "hub_module")
     if not os.path.isdir(path):
-        from efficientdet_keras.export.hub_module import export_feature_module
+        from efficientdet_keras.exporters.hub_module import export_feature_module
         from efficientdet_keras.model import EfficientDetNet
         model = EfficientDetNet(config=row_config(setting_named("float32"), options, 1))
         model.build_variables()

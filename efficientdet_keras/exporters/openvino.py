@@ -1,6 +1,6 @@
 """OpenVINO export: the detection SavedModel's image signature as an OpenVINO IR, NMS included.
 
-    from efficientdet_keras.export.openvino import export_openvino
+    from efficientdet_keras.exporters.openvino import export_openvino
     export_openvino(model, "exported/model.xml", precision="float16")
     export_openvino(model, "exported/int8/model.xml", precision="int8",
                     calibration_data="data/val-*.tfrecord")
@@ -34,7 +34,7 @@ import tempfile
 from typing import Optional
 
 from efficientdet_keras.checkpoint import ensure_built
-from efficientdet_keras.export.strip import strip_for_export
+from efficientdet_keras.exporters.strip import strip_for_export
 from efficientdet_keras.inference.openvino_runner import openvino_module
 from efficientdet_keras.inference.serving_graph import DetectionModule, float32_serving_network
 from efficientdet_keras.inference.sidecar import model_info, sidecar_path
@@ -104,7 +104,7 @@ def export_openvino(model, path: str, precision: str = "float32",
     ov = openvino_module()
     ir = convert(model, fold_batch_norm)
     if precision == "int8":
-        from efficientdet_keras.export.openvino_int8 import quantize
+        from efficientdet_keras.exporters.openvino_int8 import quantize
         ir = quantize(ir, model.config, calibration_data, num_calibration_images)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)

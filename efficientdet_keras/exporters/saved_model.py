@@ -17,7 +17,7 @@ from efficientdet_keras.config.label_maps import label_names
 from efficientdet_keras.checkpoint import ensure_built
 from efficientdet_keras.inference.serving_graph import (LABEL_MAP_FILE, DetectionModule,
                                                         inference_network)
-from efficientdet_keras.export.strip import strip_for_export
+from efficientdet_keras.exporters.strip import strip_for_export
 from efficientdet_keras.model.weights import averaged_weights
 from efficientdet_keras.utils.fileio import fsync_tree, write_json_atomically
 

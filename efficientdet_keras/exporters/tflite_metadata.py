@@ -1,7 +1,7 @@
 """TFLite model metadata for detection files: what MediaPipe Tasks' ObjectDetector and the
 LiteRT (TFLite) Task Library read to run a detector without code of their own.
 
-    from efficientdet_keras.export.tflite_metadata import with_detection_metadata
+    from efficientdet_keras.exporters.tflite_metadata import with_detection_metadata
     flatbuffer = with_detection_metadata(flatbuffer, config, input_type="uint8")
 
 adds a `TFLITE_METADATA` entry (a ModelMetadata flatbuffer, file identifier "M001") and

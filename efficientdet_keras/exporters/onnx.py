@@ -1,6 +1,6 @@
 """ONNX export: the detection SavedModel's image signature as one .onnx file, NMS included.
 
-    from efficientdet_keras.export.onnx import export_onnx
+    from efficientdet_keras.exporters.onnx import export_onnx
     export_onnx(model, "exported/model.onnx")
 
 writes `model.onnx` and its sidecar `model.onnx.json` (inference/sidecar.py: model name,
@@ -35,7 +35,7 @@ import tensorflow as tf
 from absl import logging
 
 from efficientdet_keras.checkpoint import ensure_built
-from efficientdet_keras.export.strip import strip_for_export
+from efficientdet_keras.exporters.strip import strip_for_export
 from efficientdet_keras.inference.serving_graph import DetectionModule, float32_serving_network
 from efficientdet_keras.inference.sidecar import model_info, sidecar_path
 from efficientdet_keras.model.weights import averaged_weights

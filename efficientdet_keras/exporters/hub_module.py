@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from efficientdet_keras.checkpoint import ensure_built, variable_name
 from efficientdet_keras.utils.fileio import fsync_tree
-from efficientdet_keras.export.strip import strip_for_export
+from efficientdet_keras.exporters.strip import strip_for_export
 from efficientdet_keras.model.weights import averaged_weights
 
 _PREDICTION_LAYERS = ("class_net/class-predict/", "box_net/box-predict/")

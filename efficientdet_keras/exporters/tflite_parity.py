@@ -28,10 +28,10 @@ import tensorflow as tf
 
 from efficientdet_keras.detection.box_scales import image_box_factors
 from efficientdet_keras.detection.postprocess import flatten_outputs
-from efficientdet_keras.export.parity import (BOX_TOLERANCE_PIXELS, QUANTIZED_SCORE_TOLERANCE,
+from efficientdet_keras.exporters.parity import (BOX_TOLERANCE_PIXELS, QUANTIZED_SCORE_TOLERANCE,
                                               SCORE_THRESHOLD, CheckResult, judge_misplaced,
                                               misplaced_boxes, saved_model_batch_detect)
-from efficientdet_keras.export.tflite import op_nms_method
+from efficientdet_keras.exporters.tflite import op_nms_method
 
 RAW_TOLERANCE = 1e-4
 # Scores this close count as tied (the runtimes' float sums differ by about 1e-6).
@@ -272,7 +272,7 @@ def standard_checks(model, tflite_path: str, images: Sequence[np.ndarray]) -> Li
     """The checks for the kind of `tflite_path` (its sidecar): float32 raw -> raw_parity,
     float32 detections -> detection_parity, float16 and int8 -> quantized_error with
     QUANTIZED_SCORE_TOLERANCE. The model's EMA weights are swapped in, as the export did."""
-    from efficientdet_keras.export.strip import strip_for_export
+    from efficientdet_keras.exporters.strip import strip_for_export
     from efficientdet_keras.model.weights import averaged_weights
     from efficientdet_keras.inference.tflite_runner import read_sidecar
     info = read_sidecar(tflite_path)

@@ -17,7 +17,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from efficientdet_keras.export.parity import (BOX_TOLERANCE_PIXELS, QUANTIZED_SCORE_TOLERANCE,
+from efficientdet_keras.exporters.parity import (BOX_TOLERANCE_PIXELS, QUANTIZED_SCORE_TOLERANCE,
                                               SCORE_THRESHOLD, CheckResult, judge_misplaced,
                                               misplaced_boxes, saved_model_batch_detect)
 from efficientdet_keras.inference.graph_file_runner import split_outputs
@@ -187,7 +187,7 @@ def standard_checks(model, path: str, images: Sequence[np.ndarray],
     """The check of the file's kind (`detection_parity`, or `quantized_error` for a float16
     or int8 file) against the network the export converted: the model stripped of pruning
     wrappers, its EMA weights swapped in, BatchNorm folded as asked."""
-    from efficientdet_keras.export.strip import strip_for_export
+    from efficientdet_keras.exporters.strip import strip_for_export
     from efficientdet_keras.inference.serving_graph import float32_serving_network
     from efficientdet_keras.inference.sidecar import read_sidecar
     from efficientdet_keras.model.weights import averaged_weights

@@ -45,7 +45,7 @@ def check_images(config, file_pattern: Optional[str] = None,
     `file_pattern` (letterboxed by the input pipeline), else synthetic shapes on textured
     backgrounds (efficientdet_keras.data.synthetic) in a non-square size, so that the
     letterboxing is exercised too."""
-    from efficientdet_keras.export.tflite import calibration_images
+    from efficientdet_keras.exporters.tflite import calibration_images
     if file_pattern:
         return [batch[0][0] for batch in calibration_images(config, file_pattern, count)]
     from efficientdet_keras.data.synthetic import generate_examples
@@ -56,7 +56,7 @@ def check_images(config, file_pattern: Optional[str] = None,
 
 def saved_model_batch_detect(model, nms_method: str = "hard"
                              ) -> Callable[[np.ndarray], Dict[str, np.ndarray]]:
-    """The detection SavedModel's serving_default function (export/saved_model.py) for
+    """The detection SavedModel's serving_default function (exporters/saved_model.py) for
     `model`, with NMS `nms_method` (postprocess.NMS_METHODS): uint8 [B, h, w, 3] -> its
     outputs (numpy)."""
     from efficientdet_keras.inference.serving_graph import DetectionModule

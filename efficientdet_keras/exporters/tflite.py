@@ -1,6 +1,6 @@
 """TFLite export: pre-processing, network and (optionally) TFLite_Detection_PostProcess.
 
-    from efficientdet_keras.export.tflite import export_tflite
+    from efficientdet_keras.exporters.tflite import export_tflite
     export_tflite(model, "exported/model.tflite", quantization="int8",
                   representative_data="data/val-*.tfrecord")
 
@@ -36,8 +36,8 @@ from efficientdet_keras.detection.anchors import Anchors
 from efficientdet_keras.checkpoint import ensure_built
 from efficientdet_keras.inference.sidecar import model_info, sidecar_path
 from efficientdet_keras.utils.fileio import write_bytes_atomically, write_json_atomically
-from efficientdet_keras.export.strip import strip_for_export
-from efficientdet_keras.export.tflite_metadata import label_lines, with_detection_metadata
+from efficientdet_keras.exporters.strip import strip_for_export
+from efficientdet_keras.exporters.tflite_metadata import label_lines, with_detection_metadata
 from efficientdet_keras.model.weights import averaged_weights
 from efficientdet_keras.optimization import is_quantization_aware
 from efficientdet_keras.detection.postprocess import flatten_outputs
@@ -235,7 +235,7 @@ def convert(model, quantization: str = "float32", outputs: str = "detections",
         integer, calibrated on `num_calibration_images` images of `representative_data`,
         a TFRecord file pattern; inputs of `input_type`, outputs float32).
       metadata: a detection file gets the TFLite metadata and label file that MediaPipe
-        and the Task Library need (export/tflite_metadata.py).
+        and the Task Library need (exporters/tflite_metadata.py).
     """
     quantization = canonical_quantization(quantization)
     _check_choice("outputs", outputs, OUTPUTS)

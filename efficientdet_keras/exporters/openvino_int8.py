@@ -66,7 +66,7 @@ def _nncf_warnings_only():
 
 def calibration_inputs(config, file_pattern: str, num_images: int) -> list:
     """uint8 [1, H, W, 3] letterboxed images of the TFRecords, as the IR takes them."""
-    from efficientdet_keras.export.tflite import calibration_images
+    from efficientdet_keras.exporters.tflite import calibration_images
     return [inputs[0] for inputs in calibration_images(config, file_pattern, num_images)]
 
 
