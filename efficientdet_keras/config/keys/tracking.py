@@ -1,4 +1,4 @@
-"""Config keys of experiment tracking (reports/mlflow_tracker.py)."""
+"""Config keys of experiment tracking (training/callbacks/mlflow_tracker.py)."""
 
 from efficientdet_keras.config.keys.checks import non_empty_text, optional
 from efficientdet_keras.config.keys.row import ConfigKey
