@@ -13,7 +13,8 @@ from helpers import REPO_ROOT, docs_hook
 from efficientdet_keras.config import (MODEL_NAMES, PACKAGED_HPARAMS_DIR, Config,
                                        get_efficientdet_config, validate_config)
 from efficientdet_keras.config.defaults import default_values
-from efficientdet_keras.config.rules import allowed_values, flatten, format_value
+from efficientdet_keras.config.literals import format_value
+from efficientdet_keras.config.rules import allowed_values, flatten
 
 pytestmark = pytest.mark.quick  # All of this file is in the inner-loop set.
 

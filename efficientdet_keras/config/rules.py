@@ -13,12 +13,10 @@ from efficientdet_keras.config.keys import KEYS_BY_NAME, names_of_form
 from efficientdet_keras.config.keys.checks import is_integer, is_number
 from efficientdet_keras.config.keys.row import BOOL_OR_NAME, FREE_MAPPING, NAME_OR_NAMES, SIZE_PAIR
 from efficientdet_keras.config.label_maps import label_names
-from efficientdet_keras.config.literals import format_value
 from efficientdet_keras.config.optimization_settings import check_optimization_settings
 
-# format_value stays importable from here, where run records (reports/) take it with flatten.
 __all__ = ["PLAIN_DICT_KEYS", "TUPLE_KEYS", "allowed_values", "check_value", "coerce_like",
-           "flatten", "format_value", "validate_config"]
+           "flatten", "validate_config"]
 
 # Keys whose values are always stored as tuples; YAML has no tuples, so they
 # are normalised again on load, which keeps save/load round trips exact.

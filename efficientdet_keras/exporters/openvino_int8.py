@@ -11,6 +11,9 @@ accuracy:
   - the class and box prediction convolutions stay in float32 (`prediction_convolutions`):
     their outputs are the logits and box codes that decoding, the score threshold and NMS
     read directly, where an int8 step moves a box edge or a score across the threshold.
+  - weights use half of the int8 range (NNCF's overflow fix, on every layer): CPUs without VNNI
+    (AVX2, AVX-512 without VNNI) add int8 products in saturating 16-bit sums, which clip with
+    full-range weights. An IR is often run on another CPU than the one that quantized it.
 Pre-processing, box decoding and NMS contain no convolution, so NNCF leaves them in float32.
 The benchmarks page ("Every format, one table") has the AP of each choice.
 """
@@ -99,4 +102,6 @@ def quantize(ir, config, calibration_data: str, num_images: int = 100, preset: s
     with _nncf_warnings_only():
         return nncf.quantize(ir, nncf.Dataset(images), preset=presets[preset],
                              subset_size=len(images),
-                             ignored_scope=nncf.IgnoredScope(names=kept_float))
+                             ignored_scope=nncf.IgnoredScope(names=kept_float),
+                             advanced_parameters=nncf.AdvancedQuantizationParameters(
+                                 overflow_fix=nncf.OverflowFix.ENABLE))
