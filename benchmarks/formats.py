@@ -1,7 +1,7 @@
 """`bench.py --what=formats` and `--what=openvino_int8`: a trained demo run in every serving
 format, and the int8 choices of its OpenVINO export, recorded for the docs.
 
-The table is `efficientdet-bench --formats=all`'s (reports/format_table.py): each format
+The table is `efficientdet-bench --formats=all`'s (workflows/compare_formats.py): each format
 exported by the package, scored with COCO AP on the run's 100 validation images (the int8 files
 calibrated on them), timed end to end at batch 1 and at a throughput batch, and sized. This
 benchmark runs it on a `--demo` run folder and records the rows in the results file under
@@ -35,14 +35,14 @@ def bench_formats(model_dir: str, results_path: str, entry: str, throughput_batc
                   runs: int = 10) -> None:
     from efficientdet_keras.data.sources import make_source
     from efficientdet_keras.inference.loading import load_model_and_config
-    from efficientdet_keras.reports.format_table import FORMATS, format_table, table_text
+    from efficientdet_keras.workflows.compare_formats import FORMATS, compare_formats, table_text
 
     data = demo_validation_data(model_dir)
     model, config = load_model_and_config(model_dir, "", "", "")
-    rows = format_table(model, config, model_dir, FORMATS, scratch_dir("formats_"),
-                        make_source(data.val_tfrecord), None, data.val_tfrecord,
-                        throughput_batch=throughput_batch, runs=runs,
-                        num_threads=TFLITE_THREADS, progress=lambda line: None)
+    rows = compare_formats(model, config, model_dir, FORMATS, scratch_dir("formats_"),
+                           make_source(data.val_tfrecord), None, data.val_tfrecord,
+                           throughput_batch=throughput_batch, runs=runs,
+                           num_threads=TFLITE_THREADS, progress=lambda line: None)
     print("%s at %dx%d (%s), %d-core CPU" % (config.name, config.image_size[0],
                                              config.image_size[1], model_dir, os.cpu_count()))
     print(table_text(rows, throughput_batch))
@@ -66,7 +66,7 @@ def bench_int8_choices(model_dir: str, results_path: str,
     from efficientdet_keras.exporters.openvino_int8 import quantize
     from efficientdet_keras.inference.loading import load_model_and_config
     from efficientdet_keras.inference.sidecar import sidecar_path
-    from efficientdet_keras.reports.format_table import evaluate_file
+    from efficientdet_keras.workflows.compare_formats import evaluate_file
     from efficientdet_keras.utils.fileio import write_json_atomically
 
     data = demo_validation_data(model_dir)

@@ -152,7 +152,7 @@ def test_bench_models_records_its_rows(tmp_path):
 @pytest.mark.quick
 def test_the_format_tables_show_each_row_with_its_speed_up_and_run():
     from benchmarks.formats import result_rows
-    from efficientdet_keras.reports.format_table import FormatRow
+    from efficientdet_keras.workflows.compare_formats import FormatRow
     hook = docs_hook("results_tables")
     rows = result_rows([
         FormatRow("saved_model", "sm", 0.51023, 0.65412, 44.04, 27.5, 18.24, 0, "gaussian"),

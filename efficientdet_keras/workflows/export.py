@@ -125,15 +125,19 @@ def export(model, format: str = "saved_model", export_dir: Optional[str] = None,
       precision: the file's precision (the format's `precisions`; default its first).
       calibration_data: TFRecord file pattern: int8 calibration and the parity checks' images.
       check: run the format's parity checks (tflite, onnx, openvino).
-      model_name, hparams: the config of a checkpoint without config.yaml, and overrides.
-      num_calibration_images, fold_batch_norm, onnx_opset, tflite_outputs,
-        tflite_input_type: see `formats.ExportOptions`.
+      model_name: the model of a checkpoint without config.yaml.
+      hparams: config overrides of the restored model.
+      num_calibration_images: int8: images that calibrate the activation ranges.
+      fold_batch_norm: saved_model, onnx, openvino: BatchNorm folded into the convolutions.
+      onnx_opset: onnx: the file's opset.
+      tflite_outputs: tflite: "detections" or "raw".
+      tflite_input_type: tflite: "uint8" or "float32".
 
     Returns:
       ExportResult. A run's classes.json is copied beside the file.
 
     Raises:
-      ValueError (one line) for options that cannot work, raised before the model loads.
+      ValueError: one line, for options that cannot work, before the model loads.
     """
     if not export_dir:
         raise ValueError("export_dir is required")

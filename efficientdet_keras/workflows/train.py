@@ -94,12 +94,18 @@ def train(model_dir: str, *, data: Optional[str] = None, model: str = "efficient
       hparams: config overrides: "k=v,k2=v2", a YAML file (a path, or a packaged file's
         name such as "voc.yaml"), or a dict.
       evaluate: COCO evaluation after each epoch and the best-checkpoint archive.
-      strategy: "" (the default device), "gpus", "multi-worker" or "tpu"; tpu: the TPU's
-        tpu, tpu_zone and gcp_project (training.runtime.get_strategy).
+      strategy: "" (the default device), "gpus", "multi-worker" or "tpu".
+      tpu: the TPU's tpu, tpu_zone and gcp_project (training.runtime.get_strategy).
       seed: Python, NumPy and TensorFlow seed (None: unseeded unless the config is
-        deterministic). debug: run eagerly, checking tensors for NaN and inf.
-      num_examples_per_epoch, eval_samples, eval_images, archive_keep, profile,
-        overwrite_config, on_second_interrupt: as training.run.TrainingRun's.
+        deterministic).
+      debug: run eagerly, checking tensors for NaN and inf.
+      num_examples_per_epoch: images per epoch (None: counted).
+      eval_samples: evaluate on at most this many validation images.
+      eval_images: validation images drawn at each evaluation (0: none).
+      archive_keep: best checkpoints kept in model_dir/archive.
+      profile: profile steps 2-4 into TensorBoard.
+      overwrite_config: allow a config.yaml that differs in keys a resumed run keeps.
+      on_second_interrupt: what a second Ctrl-C during fit does (None: KeyboardInterrupt).
       config_overrides: config keys set after `hparams` (batch_size, num_epochs, ...).
       report: called with each line worth showing (the dataset found).
 
