@@ -86,7 +86,8 @@ def export_and_report(model_dir: str, ckpt: str, format_name: str, export_dir: s
         raise ValueError("--export_dir is required")
     if not (model_dir or ckpt):
         raise ValueError("give --model_dir or --ckpt")
-    result = export(ckpt or model_dir, format_name, export_dir, **options)
+    result = export(ckpt or model_dir, format_name, export_dir, model_dir=model_dir or None,
+                    **options)
     print(result.summary())
     if result.failed_checks:
         raise ValueError("parity check failed for %s: %s (--check_parity=false skips the "

@@ -73,16 +73,12 @@ def validation_data(config, *, data: Optional[str] = None, split: Optional[str] 
 
 def checkpoint_config(model: str, model_dir: Optional[str], model_name: str, hparams):
     """The config a checkpoint, run directory or released name is evaluated with: the run's
-    config.yaml (model_dir, the model's own folder, or the one beside a checkpoint), else the
-    released model's, else model_name's."""
-    from efficientdet_keras.inference.loading import (CONFIG_FILE, config_beside_checkpoint,
-                                                      load_run_config)
-    if not model_dir and os.path.isdir(model) and os.path.exists(os.path.join(model,
-                                                                              CONFIG_FILE)):
-        model_dir = model
-    if not model_dir and os.path.exists(model):
-        model_dir = os.path.dirname(config_beside_checkpoint(model))
-    return load_run_config(model_dir or "", model_name, hparams, model)
+    config.yaml (see workflows.export.model_location), else the released model's, else
+    model_name's."""
+    from efficientdet_keras.inference.loading import load_run_config
+    from efficientdet_keras.workflows.export import model_location
+    model_dir, ckpt = model_location(model, model_dir)
+    return load_run_config(model_dir, model_name, hparams, ckpt)
 
 
 def build_evaluation(model: str, *, data: Optional[str] = None, split: Optional[str] = None,

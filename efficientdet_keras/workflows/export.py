@@ -52,30 +52,35 @@ class ExportResult:
         return "\n".join(lines)
 
 
-def model_location(model: str):
-    """(model_dir, ckpt) of a run directory, checkpoint or released name."""
-    from efficientdet_keras.inference.loading import CONFIG_FILE
+def model_location(model: str, model_dir: Optional[str] = None):
+    """(model_dir, ckpt) of a run directory, a checkpoint or a released name: the run whose
+    config.yaml it is read with (`model_dir` when given, else the run the checkpoint sits in,
+    else "") and the checkpoint ("" for a run's latest)."""
+    from efficientdet_keras.inference.loading import CONFIG_FILE, config_beside_checkpoint
     if os.path.isdir(model) and os.path.exists(os.path.join(model, CONFIG_FILE)):
         return model, ""
-    return "", model
+    if not model_dir and os.path.exists(model):
+        model_dir = os.path.dirname(config_beside_checkpoint(model))
+    return model_dir or "", model
 
 
-def load_trained_model(model, model_name: str = "", hparams=""):
+def load_trained_model(model, model_name: str = "", hparams="", model_dir: Optional[str] = None):
     """An EfficientDetNet: `model` itself, or restored (EMA weights) from a run directory,
     a checkpoint or a released model's name, with its run's or released config
-    (model_name, hparams: see inference.loading.load_run_config)."""
+    (model_dir, model_name, hparams: see `model_location`, inference.loading.load_run_config)."""
     if not isinstance(model, (str, os.PathLike)):
         return model
     from efficientdet_keras.inference.loading import load_model_and_config
-    model_dir, ckpt = model_location(os.fspath(model))
+    model_dir, ckpt = model_location(os.fspath(model), model_dir)
     return load_model_and_config(model_dir, ckpt, model_name, hparams)[0]
 
 
 def check_export_options(fmt: ExportFormat, options: ExportOptions, model, model_name="",
-                         hparams="") -> None:
+                         hparams="", model_dir: Optional[str] = None) -> None:
     """Raises ValueError (one line) for options that cannot work, before a model loads."""
     if options.precision == INT8 and not options.calibration_data and not (
-            fmt.name == "tflite" and _is_quantization_aware(model, model_name, hparams)):
+            fmt.name == "tflite" and _is_quantization_aware(model, model_name, hparams,
+                                                            model_dir)):
         raise ValueError(
             "%s int8 needs calibration images: --representative_data (calibration_data= in "
             "Python), a TFRecord file pattern%s" % (fmt.name, ", unless the model was trained "
@@ -97,20 +102,21 @@ def check_export_options(fmt: ExportFormat, options: ExportOptions, model, model
                                  % (what, ", ".join(choices), value))
 
 
-def _is_quantization_aware(model, model_name: str, hparams) -> bool:
+def _is_quantization_aware(model, model_name: str, hparams, model_dir: Optional[str]) -> bool:
     """Whether the model (or its run's config, read without building it) was trained with
     quantization-aware training: its int8 ranges were learned."""
     from efficientdet_keras.optimization import is_quantization_aware
     if not isinstance(model, (str, os.PathLike)):
         return is_quantization_aware(model.config)
     from efficientdet_keras.inference.loading import load_run_config
-    model_dir, ckpt = model_location(os.fspath(model))
+    model_dir, ckpt = model_location(os.fspath(model), model_dir)
     return is_quantization_aware(load_run_config(model_dir, model_name, hparams, ckpt))
 
 
 def export(model, format: str = "saved_model", export_dir: Optional[str] = None, *,
            precision: Optional[str] = None, calibration_data: Optional[str] = None,
-           check: bool = True, model_name: str = "", hparams="",
+           check: bool = True, model_dir: Optional[str] = None, model_name: str = "",
+           hparams="",
            num_calibration_images: int = 100, fold_batch_norm: bool = True,
            onnx_opset: int = 17, tflite_outputs: str = "detections",
            tflite_input_type: str = "uint8") -> ExportResult:
@@ -125,6 +131,8 @@ def export(model, format: str = "saved_model", export_dir: Optional[str] = None,
       precision: the file's precision (the format's `precisions`; default its first).
       calibration_data: TFRecord file pattern: int8 calibration and the parity checks' images.
       check: run the format's parity checks (tflite, onnx, openvino).
+      model_dir: the run whose config.yaml a checkpoint `model` is read with (default: the
+        run the checkpoint sits in) and whose classes.json goes with the export.
       model_name: the model of a checkpoint without config.yaml.
       hparams: config overrides of the restored model.
       num_calibration_images: int8: images that calibrate the activation ranges.
@@ -145,8 +153,8 @@ def export(model, format: str = "saved_model", export_dir: Optional[str] = None,
     options = ExportOptions(fmt.canonical_precision(precision), calibration_data or None,
                             num_calibration_images, fold_batch_norm, onnx_opset,
                             tflite_outputs, tflite_input_type)
-    check_export_options(fmt, options, model, model_name, hparams)
-    keras_model = load_trained_model(model, model_name, hparams)
+    check_export_options(fmt, options, model, model_name, hparams, model_dir)
+    keras_model = load_trained_model(model, model_name, hparams, model_dir)
     path = fmt.write(keras_model, export_dir, options)
     result = ExportResult(fmt.name, options.precision, path, export_dir, file_megabytes(path),
                           fmt.describe(keras_model.config, options))
@@ -155,7 +163,7 @@ def export(model, format: str = "saved_model", export_dir: Optional[str] = None,
         images = check_images(keras_model.config, options.calibration_data)
         result.parity = fmt.check(keras_model, path, images, options)
     if isinstance(model, (str, os.PathLike)):
-        copy_class_mapping(model_location(os.fspath(model))[0], export_dir)
+        copy_class_mapping(model_location(os.fspath(model), model_dir)[0], export_dir)
     return result
 
 
