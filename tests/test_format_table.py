@@ -48,6 +48,7 @@ def test_formats_are_checked_in_one_line():
     assert result.returncode == 1 and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow  # The benchmark's own command; each format's export is tested on its own.
 def test_one_command_gives_the_table_of_every_format(tmp_path):
     with keras_seeded(7):
         model = confident_model("efficientdet-d0", 128)

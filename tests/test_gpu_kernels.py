@@ -153,6 +153,7 @@ MIRRORED_PLAIN = [s for s in MIRRORED_SETTINGS if not s.uses_xla]
 MIRRORED_XLA = [s for s in MIRRORED_SETTINGS if s.uses_xla]
 
 
+@pytest.mark.slow  # TestOneDevice and test_distribute keep the mirrored GPU path in make test.
 class TestMirrored:
     @pytest.fixture(scope="class")
     def reports(self, tfrecord):
@@ -163,6 +164,7 @@ class TestMirrored:
         check_mirrored(setting, reports[setting.name])
 
 
+@pytest.mark.slow
 class TestMirroredXLA:
     @pytest.fixture(scope="class")
     def reports(self, tfrecord):

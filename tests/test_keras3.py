@@ -23,6 +23,9 @@ from efficientdet_keras.inference.detector import Detector
 from efficientdet_keras.exporters.saved_model import export_detector
 from efficientdet_keras.training.keras3_objects import Keras3Callback, door_callbacks, is_keras3
 
+# Another framework's callbacks, each around a trained model: make test-all.
+pytestmark = pytest.mark.slow
+
 SMALL = dict(SMALL_NETWORK, image_size=64, num_classes=4, batch_size=2, backbone_survival_prob=1.0, jitter_min=1.0,
              jitter_max=1.0)
 

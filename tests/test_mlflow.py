@@ -390,6 +390,7 @@ def run_autolog_script(script, server, order, train_pattern):
     return result.stdout
 
 
+@pytest.mark.slow  # What another library does; the package's own tracker is tested above.
 def test_what_mlflow_autolog_does_with_this_trainer(server, client, data, tmp_path):
     """mlflow.tensorflow.autolog patches `tf.keras.Model.fit`, and adds callbacks of the
     `tensorflow.keras` module mlflow.tensorflow imported. With TF_USE_LEGACY_KERAS=1 as

@@ -203,6 +203,7 @@ def read_checkpoint(prefix):
     return {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()}
 
 
+@pytest.mark.slow  # make test keeps two workers in test_preemption.TestSigtermToOneWorker.
 class TestTwoWorkersTraining:
     """A class of its own: a long test, run apart from its file (scheduling.py)."""
 
@@ -308,6 +309,7 @@ def assert_recovered_once(process):
     return values
 
 
+@pytest.mark.slow  # make test keeps one process's recovery in test_nan_guard.
 class TestTwoWorkersNanRecovery:
     """A class of its own: a long test, run apart from its file (scheduling.py)."""
 

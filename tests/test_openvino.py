@@ -80,6 +80,7 @@ def test_soft_nms_survives_and_the_file_equals_the_saved_model(exported):
     assert result.measured["compared"] >= 10
 
 
+@pytest.mark.slow  # A precision beside float32 and int8, which make test keeps.
 def test_float16_halves_the_weights_and_stays_close(exported):
     model, path, root = exported
     half = openvino_export.export_openvino(model, str(root / "fp16" / "model.xml"), "float16")

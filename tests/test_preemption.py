@@ -201,6 +201,7 @@ def test_outside_the_main_thread_no_handler_is_set_and_a_warning_says_so(caplog)
 STOPPED_LINE = re.compile(r"efficientdet-train: stopped by (SIG\w+) after step (\d+)")
 
 
+@pytest.mark.slow
 class TestSignalsAtRandomMoments:
     """A class of its own: a long test, run apart from its file (scheduling.py)."""
 

@@ -56,6 +56,7 @@ def test_checkpointed_backbone_gives_the_plain_gradients_and_statistics(monkeypa
                for ours, theirs in zip(twice[2], plain[2]))
 
 
+@pytest.mark.slow
 def test_checkpointed_backbone_under_two_replicas(two_cpu_strategy):
     """MirroredStrategy builds each replica's step on its own thread: one replica's
     recomputation must not freeze the other's forward (nor fail on its freeze). With

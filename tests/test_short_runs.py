@@ -38,6 +38,7 @@ def test_renorm_layers_only_where_the_config_asks_for_them():
         get_efficientdet_config("efficientdet-d0").override({"batch_norm_renorm": "yes"})
 
 
+@pytest.mark.slow  # The benchmark's own command; the preset it runs is checked above.
 def test_a_tiny_short_run_reports_ap_and_both_loss_ratios(tmp_path):
     lines = []
     # Every augmentation on (mosaic closing for the last epoch), so model.fit trains through

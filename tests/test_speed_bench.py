@@ -26,6 +26,7 @@ def table_cells(stdout: str):
     return {cells[0].strip(): [cell.strip() for cell in cells[1:]] for cells in rows}
 
 
+@pytest.mark.slow  # The benchmark's own command.
 def test_tiny_speed_run_prints_both_paths_and_their_ratio(tmp_path):
     """Sizes 64-128 px, two repeats: a training row (whose child also gives the first step and
     its peak memory), the network and end-to-end latency (TensorFlow against the .tflite); a

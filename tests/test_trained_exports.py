@@ -19,6 +19,9 @@ import pytest
 from doc_blocks import README_PATH, page_blocks
 from helpers import SMALL_NETWORK_HPARAMS, command_environment
 
+# Models trained for minutes, beyond make test: make test-all (the README's export commands
+# run in make test on test_docs' one-step demo).
+pytestmark = pytest.mark.slow
 SEEDS = (1, 2)
 SECTION = "On devices and other runtimes"
 # The README's paragraph names these formats as flags of the same command.

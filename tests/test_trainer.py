@@ -207,8 +207,9 @@ def test_grappler_off_auto_and_bad_names():
     assert resolve_passes(config.grappler_off) == ("memory_optimization", "remapping")
 
 
-@pytest.mark.parametrize("make_optimizer", [lambda: keras.optimizers.SGD(0.1),
-                                            lambda: FusedSGD(0.1, momentum=0.9)],
+@pytest.mark.parametrize("make_optimizer", [
+    pytest.param(lambda: keras.optimizers.SGD(0.1), marks=pytest.mark.slow),
+    lambda: FusedSGD(0.1, momentum=0.9)],
                          ids=["keras_sgd", "fused_sgd"])
 def test_two_replicas_make_the_same_update_as_one(data, two_cpu_strategy, make_optimizer):
     # BatchNorm in inference mode: per-replica batch statistics would differ by design.
