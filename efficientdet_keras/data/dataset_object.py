@@ -7,7 +7,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from efficientdet_keras.data.formats.classes import DataClasses
 from efficientdet_keras.data.formats.coco_json import read_coco_json, records_to_coco
-from efficientdet_keras.data.formats.records import ImageRecord
+from efficientdet_keras.data.formats.records import ImageRecord, with_class_ids
+from efficientdet_keras.data.sources import RecordsSource
 
 FORMAT_NAMES = {"yolo": "YOLO (Ultralytics data.yaml)", "roboflow": "COCO JSON (Roboflow layout)",
                 "voc": "Pascal VOC", "coco": "COCO JSON", "tfrecord": "TFRecord"}
@@ -55,6 +56,26 @@ class Dataset:
             raise ValueError("%s has no %s split (it has %s)"
                              % (self.path, name, ", ".join(self.splits) or "none"))
         return self.splits[name]
+
+    def renumbered(self, new_ids: Dict[int, int]) -> "Dataset":
+        """The dataset with its classes under new model ids ({old id: new id}, every id given):
+        the classes, the records and so the ground truth. Read from annotation files only;
+        TFRecords carry their ids in each example.
+
+        Raises:
+          ValueError for a TFRecord dataset.
+        """
+        if self.format == "tfrecord":
+            raise ValueError("%s: the class ids of TFRecords are written in each example; "
+                             "they cannot be renumbered as they are read" % self.path)
+
+        def renumbered_split(split: DataSplit) -> DataSplit:
+            def load():
+                return RecordsSource([with_class_ids(r, new_ids) for r in split.records])
+            return DataSplit(split.name, split.location, load, split.ground_truth_file)
+        return dataclasses.replace(
+            self, classes=self.classes.renumbered(new_ids),
+            splits={name: renumbered_split(split) for name, split in self.splits.items()})
 
     def source(self, name: str):
         """The data source (`data.sources`) of a split."""

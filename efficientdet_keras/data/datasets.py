@@ -10,11 +10,13 @@ Layouts found, in this order, for a folder:
   yolo      an Ultralytics data.yaml (or another .yaml with `names`) in the folder
   roboflow  train/ valid/ test/ folders, each with _annotations.coco.json beside its images
   voc       Annotations/, JPEGImages/ and ImageSets/Main/<split>.txt (a VOC year folder)
+  voc       or VOC XMLs beside their images, in train/ valid/ test/ or in the folder itself
   tfrecord  *.tfrecord files, split by name (train / val / test in the file name), with
             label_map.json, .yaml or .pbtxt beside them for the class names and, when there,
             a COCO JSON per split (pets-val.json) as evaluation's ground truth
   coco      annotations/*.json (instances_train2017.json ...) or *.json in the folder, with
-            their images beside them, in images/, or in a folder named after the split
+            their images beside them, in images/, or in a folder named after the split; the
+            other COCO tasks' files (captions_*, person_keypoints_*, ...) passed over
 A file is read as what its name says: .yaml / .yml (YOLO), .json (COCO), .tfrecord.
 
 Split names are train, val and test (Roboflow's "valid", COCO's "val2017" and the like are
@@ -28,10 +30,12 @@ from typing import Dict, Optional, Sequence
 
 from efficientdet_keras.data.dataset_object import Dataset
 from efficientdet_keras.data.layouts import (coco_dataset, tfrecord_dataset, voc_dataset,
-                                             yolo_dataset)
+                                             voc_folder_dataset, yolo_dataset)
 from efficientdet_keras.data.split_names import split_name
 
 ROBOFLOW_ANNOTATIONS = "_annotations.coco.json"
+# The split folder names of VOC exports that put the XMLs beside the images.
+VOC_SPLIT_FOLDERS = ("train", "valid", "val", "validation", "test")
 
 
 def open_dataset(path: str) -> Dataset:
@@ -58,6 +62,9 @@ def open_dataset(path: str) -> Dataset:
     if os.path.isdir(os.path.join(path, "Annotations")) and \
             os.path.isdir(os.path.join(path, "ImageSets", "Main")):
         return voc_dataset(path)
+    voc_folders = _voc_xml_folders(path)
+    if voc_folders:
+        return voc_folder_dataset(path, voc_folders)
     records = sorted(glob.glob(os.path.join(glob.escape(path), "*.tfrecord*")))
     if records:  # Before COCO: efficientdet-create-tfrecord writes ground truth beside them.
         return tfrecord_dataset(path, records)
@@ -66,7 +73,8 @@ def open_dataset(path: str) -> Dataset:
     if jsons:
         return coco_dataset(path, _coco_splits(jsons), "coco")
     raise ValueError("%s holds no dataset this package reads: looked for a YOLO data.yaml, "
-                     "Roboflow's train/%s, VOC's Annotations/ and ImageSets/Main/, COCO JSON "
+                     "Roboflow's train/%s, VOC's Annotations/ and ImageSets/Main/ or its XMLs "
+                     "beside the images, COCO JSON "
                      "(annotations/*.json or *.json) and *.tfrecord files"
                      % (path, ROBOFLOW_ANNOTATIONS))
 
@@ -82,20 +90,57 @@ def _open_file(path: str) -> Dataset:
     raise ValueError("%s: a dataset file is a YOLO .yaml, a COCO .json or a .tfrecord" % path)
 
 
+# COCO's own downloads and datumaro's COCO export put these beside the instances files; they
+# hold captions, keypoints, image lists, stuff or panoptic segments, not the detection boxes.
+NOT_INSTANCES_PREFIXES = ("captions_", "person_keypoints_", "image_info_", "stuff_", "panoptic_")
+
+
 def _coco_splits(json_files: Sequence[str]) -> Dict[str, tuple]:
-    """{split: (json file, image folder)}; one file without a split in its name is train."""
-    splits = {}
-    for json_file in json_files:
-        name = split_name(os.path.splitext(os.path.basename(json_file))[0])
-        if name is None and len(json_files) == 1:
-            name = "train"
-        if name is None or name in splits:
-            continue
-        splits[name] = (json_file, None)
-    if not splits:
-        raise ValueError("none of %s names a split (train, val or test) in its file name"
+    """{split: (json file, image folder)}; one file without a split in its name is train.
+
+    A split's file is its instances file: files of the other COCO tasks (captions, keypoints,
+    image info, stuff, panoptic) are left out by name, and among several files of one split
+    an `instances_*` one is taken.
+    """
+    candidates = [f for f in json_files
+                  if not os.path.basename(f).lower().startswith(NOT_INSTANCES_PREFIXES)]
+    if not candidates:
+        raise ValueError("%s hold captions, keypoints, image lists, stuff or panoptic "
+                         "annotations, no instances_*.json with the detection boxes"
                          % ", ".join(json_files))
-    return splits
+    by_split: Dict[str, list] = {}
+    for json_file in candidates:
+        name = split_name(os.path.splitext(os.path.basename(json_file))[0])
+        if name is None and len(candidates) == 1:
+            name = "train"
+        if name is not None:
+            by_split.setdefault(name, []).append(json_file)
+    if not by_split:
+        raise ValueError("none of %s names a split (train, val or test) in its file name"
+                         % ", ".join(candidates))
+    return {name: (_instances_first(files), None) for name, files in by_split.items()}
+
+
+def _instances_first(files: Sequence[str]) -> str:
+    """COCO's instances_<split>.json among a split's files, else the first by name."""
+    return next((f for f in files if os.path.basename(f).lower().startswith("instances_")),
+                files[0])
+
+
+def _voc_xml_folders(path: str) -> Dict[str, str]:
+    """{split: folder} of VOC XMLs beside their images: in split folders (train/, valid/,
+    test/), else in the folder itself (as train)."""
+    def has_xml(folder):
+        return any(name.lower().endswith(".xml") for name in os.listdir(folder))
+    folders = {}
+    for name in sorted(os.listdir(path)):
+        folder = os.path.join(path, name)
+        split = split_name(name) if name.lower() in VOC_SPLIT_FOLDERS else None
+        if split and split not in folders and os.path.isdir(folder) and has_xml(folder):
+            folders[split] = folder
+    if not folders and has_xml(path):
+        folders["train"] = path
+    return folders
 
 
 def _yolo_yaml(folder: str) -> Optional[str]:

@@ -5,7 +5,6 @@ Each split's records are read when its source is first asked for; the classes ar
 """
 
 import collections
-import dataclasses
 import glob
 import os
 from typing import Dict, List, Sequence
@@ -15,7 +14,7 @@ from efficientdet_keras.data.formats.classes import (DataClasses, coco_classes, 
                                                      named_classes)
 from efficientdet_keras.data.formats.coco_json import parse_coco_file
 from efficientdet_keras.data.formats.label_map import read_label_map_file
-from efficientdet_keras.data.formats.records import ImageRecord
+from efficientdet_keras.data.formats.records import with_class_ids
 from efficientdet_keras.data.sources import RecordsSource, TFRecordSource
 from efficientdet_keras.data.split_names import SPLITS, split_name
 
@@ -35,8 +34,11 @@ def coco_dataset(path: str, splits: Dict[str, tuple], data_format: str = "coco")
     ordered = sorted(splits, key=lambda s: SPLITS.index(s) if s in SPLITS else len(SPLITS))
     first_file = splits[ordered[0]][0]
     first = parse_coco_file(first_file)
+    if not first.get("categories") or not isinstance(first["categories"], list):
+        raise ValueError("%s has no 'categories' list, which names the classes of a COCO "
+                         "instances file (captions and image-list files have none)" % first_file)
     try:
-        classes = coco_classes(first.get("categories") or [], first["annotations"])
+        classes = coco_classes(first["categories"], first["annotations"])
     except ValueError as e:
         raise ValueError("%s: %s" % (first_file, e)) from None
     skipped = collections.Counter()
@@ -49,7 +51,7 @@ def coco_dataset(path: str, splits: Dict[str, tuple], data_format: str = "coco")
                 _check_same_categories(json_file, data, first_file, first)
             folder = image_dir or find_image_dir(json_file, data)
             records = load_coco_records(json_file, folder, skipped)
-            return RecordsSource([_with_model_ids(r, shift) for r in records])
+            return RecordsSource([with_class_ids(r, shift) for r in records])
         return load
 
     found = {}
@@ -66,17 +68,6 @@ def _check_same_categories(json_file: str, data: dict, first_file: str, first: d
     if categories(data) != categories(first):
         raise ValueError("%s and %s list different categories; the splits of a dataset share "
                          "their classes" % (json_file, first_file))
-
-
-def _with_model_ids(record: ImageRecord, model_ids: Dict[int, int]) -> ImageRecord:
-    """The record with its category ids as model ids (ids the categories do not list stay
-    as they are, for the pipeline's checks to name)."""
-    if all(model_ids.get(int(c), c) == c for c in record.classes):
-        return record
-    classes = record.classes.copy()
-    for i, c in enumerate(record.classes):
-        classes[i] = model_ids.get(int(c), c)
-    return dataclasses.replace(record, classes=classes)
 
 
 def find_image_dir(json_file: str, data: dict) -> str:
@@ -151,6 +142,22 @@ def voc_dataset(voc_root: str) -> Dataset:
     splits = {split: DataSplit(split, os.path.join(main, name + ".txt"), loader(name))
               for split, name in sorted(files.items(), key=lambda kv: SPLITS.index(kv[0]))}
     return Dataset(voc_root, "voc", classes, splits)
+
+
+def voc_folder_dataset(path: str, folders: Dict[str, str]) -> Dataset:
+    """VOC XMLs beside their images, {split: folder}; the classes are the XMLs' object names
+    (as for a VOC year folder)."""
+    from efficientdet_keras.data.formats.voc import (load_voc_pairs, voc_folder_pairs,
+                                                     voc_pair_object_names)
+    pairs = {split: voc_folder_pairs(folder) for split, folder in folders.items()}
+    classes = named_classes(voc_pair_object_names([p for ps in pairs.values() for p in ps]))
+
+    def loader(split):
+        return lambda: RecordsSource(load_voc_pairs(pairs[split], classes.names))
+
+    splits = {split: DataSplit(split, folders[split], loader(split))
+              for split in sorted(folders, key=SPLITS.index)}
+    return Dataset(path, "voc", classes, splits)
 
 
 # --- TFRecord -------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ import dataclasses
 import os
 from typing import Callable, Iterable, Optional
 
-from efficientdet_keras.workflows.validation_data import open_validation_data, take_classes
+from efficientdet_keras.workflows.validation_data import (match_classes_by_name,
+                                                        open_validation_data, take_classes)
 
 # The synthetic demo images' size and the share of them kept for validation.
 DEMO_IMAGE_SIZE = 256
@@ -71,6 +72,8 @@ def find_training_data(spec: DataSpec, config, files_dir: str, *, train: bool = 
         return TrainingData(make_source(demo_data.train_tfrecord),
                             make_source(demo_data.val_tfrecord), demo_data.val_json)
     dataset = _open_dataset(spec, train)
+    if dataset is not None:
+        dataset = match_classes_by_name(config, dataset, fixed_keys)
     if dataset is None:
         return TrainingData(
             make_source(spec.train_file_pattern, spec.train_json, spec.image_dir) if train

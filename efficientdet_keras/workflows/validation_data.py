@@ -6,6 +6,8 @@
 The dataset's classes meet the model's config by one rule (`data.formats.classes`): the
 data's class count and names go into the config except for the keys that are fixed (the
 ones a user set, or all of them for a trained model), and each disagreement is a warning line.
+When the fixed label_map holds the data's names in another order, the data's classes take
+the model's ids by name first (`match_classes_by_name`).
 """
 
 import dataclasses
@@ -28,6 +30,27 @@ class ValidationData:
     ground_truth: Optional[str]
     dataset: object = None
     split: Optional[str] = None
+
+
+def match_classes_by_name(config, dataset, fixed_keys: Iterable[str] = ()):
+    """The dataset, its classes renumbered as the config's label_map numbers them when that map
+    is fixed and holds every class name of the data in another order (or more names): data
+    written by another tool, or in another layout, then scores and trains against the model's
+    own ids. Said in one line; otherwise the dataset as it is."""
+    from efficientdet_keras.config.label_maps import label_names
+    from efficientdet_keras.data.formats.classes import ids_matched_by_name
+    if "label_map" not in set(fixed_keys) or config.label_map is None or \
+            dataset.format == "tfrecord":
+        return dataset
+    model_names = label_names(config.label_map) or {}
+    new_ids = ids_matched_by_name(dataset.classes, model_names)
+    if not new_ids:
+        return dataset
+    moved = ["%s %d -> %d" % (dataset.classes.names[k], k, v)
+             for k, v in sorted(new_ids.items()) if k != v]
+    logging.info("%s: classes matched to the model's by name (%s)", dataset.path,
+                 ", ".join(moved))
+    return dataset.renumbered(new_ids)
 
 
 def take_classes(config, dataset, fixed_keys: Iterable[str] = ()) -> None:
@@ -58,7 +81,8 @@ def open_validation_data(data: str, config, *, split: Optional[str] = None,
       ValueError naming the dataset when it has no such split.
     """
     from efficientdet_keras.data.datasets import open_dataset
-    dataset = dataset if dataset is not None else open_dataset(data)
+    dataset = match_classes_by_name(config, dataset if dataset is not None
+                                    else open_dataset(data), fixed_keys)
     split = split or dataset.validation_split()
     if split is None:
         raise ValueError("%s has no val or test split to evaluate on; name a split, train "

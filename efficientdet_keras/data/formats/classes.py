@@ -44,6 +44,12 @@ class DataClasses:
                             for k in sorted(self.names)],
                 **({"left_out": self.dropped} if self.dropped else {})}
 
+    def renumbered(self, new_ids: Dict[int, int]) -> "DataClasses":
+        """The same classes under new model ids ({old id: new id}, every id given)."""
+        return DataClasses({new_ids[k]: name for k, name in self.names.items()},
+                           {new_ids[k]: data_id for k, data_id in self.data_ids.items()},
+                           self.dropped)
+
     def describe(self, shown: int = 12) -> str:
         names = [self.names[k] for k in sorted(self.names)]
         text = ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
@@ -120,6 +126,18 @@ def named_classes(names: Iterable[str]) -> DataClasses:
         return DataClasses(dict(VOC_LABEL_MAP), {k: name for k, name in VOC_LABEL_MAP.items()})
     return DataClasses({i + 1: name for i, name in enumerate(names)},
                        {i + 1: name for i, name in enumerate(names)})
+
+
+def ids_matched_by_name(classes: DataClasses, model_names: Dict[int, str]) -> Dict[int, int]:
+    """{the data's model id: the model's id} for a dataset whose class names are all among a
+    model's (in another order, or a subset): what makes the data score against the model's
+    ids. Empty when the ids already agree, or when a name of the data is not the model's
+    (`classes_into_config` then names the difference)."""
+    by_name = {name: k for k, name in model_names.items()}
+    if len(by_name) != len(model_names) or not all(n in by_name for n in classes.names.values()):
+        return {}
+    ids = {k: by_name[name] for k, name in classes.names.items()}
+    return {} if all(k == v for k, v in ids.items()) else ids
 
 
 def classes_into_config(config, classes: DataClasses, set_keys: Iterable[str] = ()) -> List[str]:

@@ -83,6 +83,17 @@ class ImageRecord:
 OPTIONAL_OBJECT_FIELDS = ("difficult", "truncated", "view", "segmentation")
 
 
+def with_class_ids(record: ImageRecord, new_ids: Dict[int, int]) -> ImageRecord:
+    """The record with each class id c as new_ids[c] (ids not in new_ids stay as they are, for
+    the pipeline's checks to name)."""
+    if all(new_ids.get(int(c), c) == c for c in record.classes):
+        return record
+    classes = record.classes.copy()
+    for i, c in enumerate(record.classes):
+        classes[i] = new_ids.get(int(c), c)
+    return dataclasses.replace(record, classes=classes)
+
+
 def empty_annotations():
     """boxes, classes, is_crowd, area arrays for an image with no objects."""
     return (np.zeros([0, 4], np.float32), np.zeros([0], np.int64), np.zeros([0], bool),

@@ -1,13 +1,15 @@
 """Pascal VOC reader: a VOCdevkit year folder (VOC2007, VOC2012) into ImageRecords.
 
-Layout read (the standard one):
-  <voc_root>/ImageSets/Main/<split>.txt   one image id per line
+Layouts read:
+  <voc_root>/ImageSets/Main/<split>.txt   one image id per line (the VOCdevkit's)
   <voc_root>/Annotations/<id>.xml         size and objects
   <voc_root>/JPEGImages/<id>.jpg          the image (only its path is recorded)
+or a folder of images with an XML of the same name beside each (Roboflow's, supervision's,
+labelImg's and globox's VOC exports): `voc_folder_pairs`.
 """
 
 import os
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence, Tuple
 from xml.etree.ElementTree import ParseError
 
 import numpy as np
@@ -15,6 +17,9 @@ from defusedxml import ElementTree
 
 from efficientdet_keras.config.label_maps import VOC_LABEL_MAP
 from efficientdet_keras.data.formats.records import ImageRecord, empty_annotations
+
+# The image files a VOC folder export puts beside its XMLs.
+VOC_IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".JPG", ".JPEG", ".PNG")
 
 
 def load_voc_records(voc_root: str, split: str = "train",
@@ -43,14 +48,56 @@ def load_voc_records(voc_root: str, split: str = "train",
       ValueError naming the XML file for malformed XML, or for a class name not
       in the label map (listing the known names).
     """
+    return load_voc_pairs(voc_split_pairs(voc_root, split), label_map, start_id)
+
+
+def load_voc_pairs(pairs: Sequence[Tuple[str, str]],
+                   label_map: Optional[Dict[int, str]] = None,
+                   start_id: int = 1) -> List[ImageRecord]:
+    """ImageRecords of (annotation XML, image) pairs, ids from start_id in pair order; boxes,
+    classes and errors as `load_voc_records` says."""
     class_ids = _names_to_ids(label_map or VOC_LABEL_MAP)
-    image_ids = voc_split_ids(voc_root, split)
-    records = []
-    for index, name in enumerate(image_ids):
-        xml_path = os.path.join(voc_root, "Annotations", name + ".xml")
-        image_path = os.path.join(voc_root, "JPEGImages", name + ".jpg")
-        records.append(_read_annotation(xml_path, image_path, start_id + index, class_ids))
-    return records
+    return [_read_annotation(xml_path, image_path, start_id + index, class_ids)
+            for index, (xml_path, image_path) in enumerate(pairs)]
+
+
+def voc_split_pairs(voc_root: str, split: str) -> List[Tuple[str, str]]:
+    """(annotation XML, image) of each id of a VOCdevkit split file."""
+    return [(os.path.join(voc_root, "Annotations", name + ".xml"),
+             os.path.join(voc_root, "JPEGImages", name + ".jpg"))
+            for name in voc_split_ids(voc_root, split)]
+
+
+def voc_folder_pairs(folder: str) -> List[Tuple[str, str]]:
+    """(annotation XML, image) of each XML in a folder whose images sit beside their XMLs: the
+    image of the same name, else the XML's <filename> in the folder.
+
+    Raises:
+      FileNotFoundError naming the XML whose image is in neither place.
+    """
+    pairs = []
+    for name in sorted(os.listdir(folder)):
+        if not name.lower().endswith(".xml"):
+            continue
+        xml_path = os.path.join(folder, name)
+        stem = os.path.splitext(name)[0]
+        image = next((os.path.join(folder, stem + ext) for ext in VOC_IMAGE_EXTENSIONS
+                      if os.path.isfile(os.path.join(folder, stem + ext))), None)
+        if image is None:
+            image = os.path.join(folder, _filename_of(xml_path))
+            if not os.path.isfile(image):
+                raise FileNotFoundError("%s: no image beside it (%s.jpg, .png, ...) or named by "
+                                        "its <filename>" % (xml_path, stem))
+        pairs.append((xml_path, image))
+    return pairs
+
+
+def _filename_of(xml_path: str) -> str:
+    try:
+        return os.path.basename((ElementTree.parse(xml_path).getroot().findtext("filename")
+                                 or "").strip())
+    except (OSError, ParseError, ValueError):
+        return ""
 
 
 def voc_split_ids(voc_root: str, split: str) -> List[str]:
@@ -69,19 +116,24 @@ def voc_split_ids(voc_root: str, split: str) -> List[str]:
 
 
 def voc_object_names(voc_root: str, splits: List[str]) -> List[str]:
-    """The object names the annotations of some splits use, sorted (the data's classes).
+    """The object names the annotations of some splits use, sorted (the data's classes)."""
+    return voc_pair_object_names([pair for split in splits
+                                  for pair in voc_split_pairs(voc_root, split)])
+
+
+def voc_pair_object_names(pairs: Sequence[Tuple[str, str]]) -> List[str]:
+    """The object names the annotation XMLs of some pairs use, sorted.
 
     Unreadable annotation files are passed over here; reading the records names them.
     """
     names = set()
-    for split in splits:
-        for name in voc_split_ids(voc_root, split):
-            try:
-                root = ElementTree.parse(os.path.join(voc_root, "Annotations", name + ".xml"))
-            except (OSError, ParseError, ValueError):
-                continue
-            names.update((obj.findtext("name") or "").strip()
-                         for obj in root.getroot().findall("object"))
+    for xml_path, _ in pairs:
+        try:
+            root = ElementTree.parse(xml_path)
+        except (OSError, ParseError, ValueError):
+            continue
+        names.update((obj.findtext("name") or "").strip()
+                     for obj in root.getroot().findall("object"))
     names.discard("")
     return sorted(names)
 

@@ -2,8 +2,10 @@
 class names (the label files are read by `data.formats.yolo`).
 
 Layout read (the one Ultralytics and Roboflow's "YOLOv5/v8" exports write):
-  <root>/data.yaml            path, train, val, test, names, nc
-  <root>/images/<split>/a.jpg the images (any folder depth)
+  <root>/data.yaml            path, train, val (or valid, validation), test, names, nc
+  <root>/images/<split>/a.jpg the images (any folder depth); with no split keys in the yaml
+                              (supervision's), the split folders <split>/images/ or
+                              images/<split>/ beside it
 """
 
 import dataclasses
@@ -12,9 +14,14 @@ from typing import Dict, List
 
 from absl import logging
 
+from efficientdet_keras.data.split_names import split_name
+
 # The image files a split's folder is searched for; a label file's image has one of them.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 _SPLIT_KEYS = ("train", "val", "test")
+# The spellings of the split keys (and folders) that exporters write.
+_KEY_SPELLINGS = {"train": "train", "val": "val", "valid": "val", "validation": "val",
+                  "test": "test"}
 
 
 @dataclasses.dataclass
@@ -59,21 +66,56 @@ def read_yolo_yaml(path: str) -> YoloDataset:
         raise ValueError("%s: expected a mapping with train, val and names keys" % path)
     root = _root(path, data.get("path"))
     names = _names(path, data)
-    if not data.get("train"):
+    sources = _split_keys(path, data) or _split_folders(root)
+    if "train" not in sources:
         raise ValueError("%s: no 'train' key (a folder of images, a .txt list of them, or a "
-                         "list of these)" % path)
+                         "list of these), nor train/images/ or images/train/ beside it" % path)
     splits = {}
-    for key in _SPLIT_KEYS:
-        if not data.get(key):
+    for split in _SPLIT_KEYS:
+        if split not in sources:
             continue
+        key, value = sources[split]
         try:
-            splits[key] = _split_images(path, root, key, data[key])
+            splits[split] = _split_images(path, root, key, value)
         except FileNotFoundError as e:
-            if key != "test":
+            if split != "test":
                 raise
             # Exports write a test line even when they hold no test images; it is not needed.
             logging.warning("%s; reading the dataset without its test split", e)
     return YoloDataset(path, root, splits, names)
+
+
+def _split_keys(yaml_path: str, data: dict) -> Dict[str, tuple]:
+    """{split: (key, value)} of the keys that name splits, in any of their spellings.
+
+    Raises:
+      ValueError naming both keys when two spellings of one split are given.
+    """
+    found: Dict[str, tuple] = {}
+    for key, value in data.items():
+        split = _KEY_SPELLINGS.get(str(key).lower())
+        if split is None or not value:
+            continue
+        if split in found:
+            raise ValueError("%s: '%s' and '%s' both name the %s split; keep one"
+                             % (yaml_path, found[split][0], key, split))
+        found[split] = (key, value)
+    return found
+
+
+def _split_folders(root: str) -> Dict[str, tuple]:
+    """For a data.yaml without split keys (supervision writes only the names): {split:
+    (folder, folder)} of the split folders beside it, <split>/images/ or images/<split>/."""
+    found: Dict[str, tuple] = {}
+    for parent, child in ((root, "images"), (os.path.join(root, "images"), "")):
+        if not os.path.isdir(parent):
+            continue
+        for name in sorted(os.listdir(parent)):
+            split = split_name(name) if name.lower() in _KEY_SPELLINGS else None
+            folder = os.path.join(parent, name, child)
+            if split and split not in found and os.path.isdir(folder):
+                found[split] = (os.path.relpath(folder, root), folder)
+    return found
 
 
 def _root(yaml_path: str, value) -> str:

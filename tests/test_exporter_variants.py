@@ -1,0 +1,129 @@
+"""YOLO and VOC data as other exporters than Ultralytics and the VOCdevkit write them, read box
+for box as the standard layout: a data.yaml with `valid:` or `validation:` for its val split, or
+with no split keys at all (supervision's), its split folders beside it; VOC XMLs beside their
+images, in split folders (Roboflow's, supervision's) or in one folder (labelImg's)."""
+
+import os
+import shutil
+
+import pytest
+import yaml
+
+import dataset_layouts
+from dataset_layouts import NAMES
+from efficientdet_keras.data.datasets import open_dataset
+
+pytestmark = pytest.mark.quick
+
+
+def boxes_by_file(dataset, split):
+    names = dataset.classes.names
+    return {os.path.basename(r.path): [(names[int(c)], [round(float(v), 3) for v in box])
+                                       for c, box in zip(r.classes, r.boxes)]
+            for r in dataset.split(split).records}
+
+
+def expected(truth):
+    return {name: [(cls, [float(v) for v in box]) for cls, box in boxes]
+            for name, boxes in truth.items()}
+
+
+def rewrite_yaml(root, content):
+    with open(os.path.join(root, "data.yaml"), "w") as f:
+        yaml.safe_dump(content, f)
+
+
+@pytest.mark.parametrize("val_key", ["valid", "validation"])
+def test_val_split_spelled_as_other_exporters_spell_it(tmp_path, val_key):
+    root = str(tmp_path)
+    truth = dataset_layouts.write_yolo(root)
+    rewrite_yaml(root, {"train": "images/train", val_key: "images/val", "names": list(NAMES)})
+    dataset = open_dataset(root)
+    assert list(dataset.splits) == ["train", "val"]
+    assert boxes_by_file(dataset, "val") == expected(truth["val"])
+
+
+def test_two_spellings_of_one_split_are_refused_naming_both(tmp_path):
+    root = str(tmp_path)
+    dataset_layouts.write_yolo(root)
+    rewrite_yaml(root, {"train": "images/train", "val": "images/val", "valid": "images/val",
+                        "names": list(NAMES)})
+    with pytest.raises(ValueError, match="'val' and 'valid' both name the val split"):
+        open_dataset(root)
+
+
+def test_no_split_keys_reads_images_split_folders(tmp_path):
+    # images/train, images/val beside a data.yaml holding only the names.
+    root = str(tmp_path)
+    truth = dataset_layouts.write_yolo(root)
+    rewrite_yaml(root, {"nc": 2, "names": list(NAMES)})
+    dataset = open_dataset(root)
+    assert list(dataset.splits) == ["train", "val"]
+    assert dataset.classes.names == {1: "widget", 2: "gadget"}
+    for split in ("train", "val"):
+        assert boxes_by_file(dataset, split) == expected(truth[split])
+
+
+def test_no_split_keys_reads_split_images_folders(tmp_path):
+    # supervision's as_yolo into train/images, train/labels, valid/images, valid/labels.
+    source, root = str(tmp_path / "source"), str(tmp_path / "dataset")
+    truth = dataset_layouts.write_yolo(source)
+    for split, folder in (("train", "train"), ("val", "valid")):
+        for kind in ("images", "labels"):
+            shutil.copytree(os.path.join(source, kind, split), os.path.join(root, folder, kind))
+    rewrite_yaml(root, {"names": list(NAMES), "nc": 2})
+    dataset = open_dataset(root)
+    assert list(dataset.splits) == ["train", "val"]
+    for split in ("train", "val"):
+        assert boxes_by_file(dataset, split) == expected(truth[split])
+
+
+def test_no_split_keys_and_no_split_folders_is_one_line(tmp_path):
+    root = str(tmp_path)
+    rewrite_yaml(root, {"names": list(NAMES)})
+    with pytest.raises(ValueError, match="no 'train' key .* nor train/images/ or images/train/"):
+        open_dataset(root)
+
+
+def voc_xml_beside_images(devkit, target, split_folders):
+    """The VOC year folder's XMLs and images side by side, in target/<folder>/ per split (or
+    target/ itself for a folder named "")."""
+    for split, folder in split_folders.items():
+        out = os.path.join(target, folder)
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(devkit, "ImageSets", "Main", split + ".txt")) as f:
+            for image_id in f.read().split():
+                shutil.copy(os.path.join(devkit, "Annotations", image_id + ".xml"), out)
+                shutil.copy(os.path.join(devkit, "JPEGImages", image_id + ".jpg"), out)
+
+
+def test_voc_xmls_beside_images_in_split_folders(tmp_path):
+    # Roboflow's and supervision's VOC exports: train/ and valid/, each image with its XML.
+    devkit, root = str(tmp_path / "devkit"), str(tmp_path / "dataset")
+    truth = dataset_layouts.write_voc(devkit)
+    voc_xml_beside_images(devkit, root, {"train": "train", "val": "valid"})
+    dataset = open_dataset(root)
+    assert dataset.format == "voc" and list(dataset.splits) == ["train", "val"]
+    assert dataset.classes.names == open_dataset(devkit).classes.names
+    for split in ("train", "val"):
+        assert boxes_by_file(dataset, split) == expected(truth[split])
+    assert "train 8 images, 8 boxes" in " ".join(dataset.describe().split())
+
+
+def test_voc_xmls_beside_images_in_one_folder_are_train(tmp_path):
+    # labelImg: one folder of images, each with its XML.
+    devkit, root = str(tmp_path / "devkit"), str(tmp_path / "labelimg")
+    truth = dataset_layouts.write_voc(devkit)
+    voc_xml_beside_images(devkit, root, {"train": ""})
+    dataset = open_dataset(root)
+    assert list(dataset.splits) == ["train"]
+    assert boxes_by_file(dataset, "train") == expected(truth["train"])
+
+
+def test_a_voc_xml_without_its_image_is_named(tmp_path):
+    devkit, root = str(tmp_path / "devkit"), str(tmp_path / "labelimg")
+    dataset_layouts.write_voc(devkit)
+    voc_xml_beside_images(devkit, root, {"train": ""})
+    os.remove(os.path.join(root, "train_03.jpg"))
+    with pytest.raises(FileNotFoundError, match="train_03.xml: no image beside it"):
+        open_dataset(root)
