@@ -124,3 +124,44 @@ def write_voc(root, train=8, val=4, names=NAMES):
         with open(os.path.join(main, split + ".txt"), "w") as f:
             f.write("\n".join(ids) + "\n")
     return truth
+
+
+def write_labelme(root, train=8, val=4):
+    """LabelMe's layout: train/ and valid/, each image with its JSON beside it (rectangles for
+    widgets, four-point polygons for gadgets)."""
+    truth = {}
+    for split, count in (("train", train), ("valid", val)):
+        folder = os.path.join(root, split)
+        truth[split] = {}
+        for i, (name, cls) in enumerate(_plan(count)):
+            ymin, xmin, ymax, xmax = box = _image(folder, name, i)
+            if cls == 0:
+                shape = {"label": NAMES[cls], "shape_type": "rectangle",
+                         "points": [[xmax, ymax], [xmin, ymin]]}
+            else:
+                shape = {"label": NAMES[cls], "shape_type": "polygon",
+                         "points": [[xmin, ymin], [xmax, ymin], [xmax, ymax], [xmin, ymax]]}
+            with open(os.path.join(folder, name.replace(".jpg", ".json")), "w") as f:
+                json.dump({"version": "5.4.1", "flags": {}, "shapes": [shape],
+                           "imagePath": name, "imageData": None,
+                           "imageHeight": HEIGHT, "imageWidth": WIDTH}, f)
+            truth[split][name] = [(NAMES[cls], box)]
+    return truth
+
+
+def write_box_csv(root, train=8, val=4):
+    """Roboflow's "Tensorflow Object Detection CSV" export: train/ and valid/, each with
+    _annotations.csv (filename,width,height,class,xmin,ymin,xmax,ymax) beside its images."""
+    truth = {}
+    for split, count in (("train", train), ("valid", val)):
+        folder = os.path.join(root, split)
+        truth[split] = {}
+        rows = ["filename,width,height,class,xmin,ymin,xmax,ymax"]
+        for i, (name, cls) in enumerate(_plan(count)):
+            ymin, xmin, ymax, xmax = box = _image(folder, name, i)
+            rows.append("%s,%d,%d,%s,%d,%d,%d,%d" % (name, WIDTH, HEIGHT, NAMES[cls],
+                                                    xmin, ymin, xmax, ymax))
+            truth[split][name] = [(NAMES[cls], box)]
+        with open(os.path.join(folder, "_annotations.csv"), "w") as f:
+            f.write("\n".join(rows) + "\n")
+    return truth

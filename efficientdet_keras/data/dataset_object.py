@@ -11,7 +11,8 @@ from efficientdet_keras.data.formats.records import ImageRecord, with_class_ids
 from efficientdet_keras.data.sources import RecordsSource
 
 FORMAT_NAMES = {"yolo": "YOLO (Ultralytics data.yaml)", "roboflow": "COCO JSON (Roboflow layout)",
-                "voc": "Pascal VOC", "coco": "COCO JSON", "tfrecord": "TFRecord"}
+                "voc": "Pascal VOC", "coco": "COCO JSON", "tfrecord": "TFRecord",
+                "labelme": "LabelMe JSON", "csv": "CSV (TensorFlow Object Detection)"}
 
 
 class DataSplit:

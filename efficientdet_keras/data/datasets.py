@@ -11,6 +11,9 @@ Layouts found, in this order, for a folder:
   roboflow  train/ valid/ test/ folders, each with _annotations.coco.json beside its images
   voc       Annotations/, JPEGImages/ and ImageSets/Main/<split>.txt (a VOC year folder)
   voc       or VOC XMLs beside their images, in train/ valid/ test/ or in the folder itself
+  labelme   LabelMe JSON files beside their images, in split folders or in the folder itself
+  csv       TensorFlow Object Detection CSV (filename,width,height,class,xmin,ymin,xmax,ymax;
+            Roboflow's _annotations.csv), in split folders, or split by file name
   tfrecord  *.tfrecord files, split by name (train / val / test in the file name), with
             label_map.json, .yaml or .pbtxt beside them for the class names and, when there,
             a COCO JSON per split (pets-val.json) as evaluation's ground truth
@@ -29,13 +32,14 @@ import os
 from typing import Dict, Optional, Sequence
 
 from efficientdet_keras.data.dataset_object import Dataset
-from efficientdet_keras.data.layouts import (coco_dataset, tfrecord_dataset, voc_dataset,
-                                             voc_folder_dataset, yolo_dataset)
+from efficientdet_keras.data.layouts import (coco_dataset, named_boxes_dataset,
+                                             tfrecord_dataset, voc_dataset, voc_folder_dataset,
+                                             yolo_dataset)
 from efficientdet_keras.data.split_names import split_name
 
 ROBOFLOW_ANNOTATIONS = "_annotations.coco.json"
-# The split folder names of VOC exports that put the XMLs beside the images.
-VOC_SPLIT_FOLDERS = ("train", "valid", "val", "validation", "test")
+# The split folder names of exports that put each split's images and annotations together.
+SPLIT_FOLDERS = ("train", "valid", "val", "validation", "test")
 
 
 def open_dataset(path: str) -> Dataset:
@@ -65,6 +69,9 @@ def open_dataset(path: str) -> Dataset:
     voc_folders = _voc_xml_folders(path)
     if voc_folders:
         return voc_folder_dataset(path, voc_folders)
+    named = _named_boxes_splits(path)
+    if named:
+        return named_boxes_dataset(path, *named)
     records = sorted(glob.glob(os.path.join(glob.escape(path), "*.tfrecord*")))
     if records:  # Before COCO: efficientdet-create-tfrecord writes ground truth beside them.
         return tfrecord_dataset(path, records)
@@ -132,15 +139,47 @@ def _voc_xml_folders(path: str) -> Dict[str, str]:
     test/), else in the folder itself (as train)."""
     def has_xml(folder):
         return any(name.lower().endswith(".xml") for name in os.listdir(folder))
-    folders = {}
-    for name in sorted(os.listdir(path)):
-        folder = os.path.join(path, name)
-        split = split_name(name) if name.lower() in VOC_SPLIT_FOLDERS else None
-        if split and split not in folders and os.path.isdir(folder) and has_xml(folder):
-            folders[split] = folder
+    folders = {split: folder for split, folder in _split_folders(path).items()
+               if has_xml(folder)}
     if not folders and has_xml(path):
         folders["train"] = path
     return folders
+
+
+def _split_folders(path: str) -> Dict[str, str]:
+    """{split: folder} of the folder's split folders (train/, valid/, test/ ...)."""
+    folders = {}
+    for name in sorted(os.listdir(path)):
+        split = split_name(name) if name.lower() in SPLIT_FOLDERS else None
+        if split and split not in folders and os.path.isdir(os.path.join(path, name)):
+            folders[split] = os.path.join(path, name)
+    return folders
+
+
+def _named_boxes_splits(path: str):
+    """(format, {split: (location, [NamedBoxes])}) of LabelMe JSON files or TensorFlow Object
+    Detection CSV files, in split folders or in the folder itself (as train); else None."""
+    from efficientdet_keras.data.formats.box_csv import is_box_csv, read_box_csv
+    from efficientdet_keras.data.formats.labelme import labelme_files, read_labelme_file
+    folders = _split_folders(path) or {"train": path}
+    labelme = {split: labelme_files(folder) for split, folder in folders.items()}
+    if any(labelme.values()):
+        return "labelme", {split: (folders[split], [read_labelme_file(f) for f in files])
+                           for split, files in labelme.items() if files}
+    tables = {split: sorted(os.path.join(folder, n) for n in os.listdir(folder)
+                            if n.lower().endswith(".csv")
+                            and is_box_csv(os.path.join(folder, n)))
+              for split, folder in folders.items()}
+    if folders == {"train": path} and len(tables["train"]) > 1:  # Split by the file names.
+        tables = {}
+        for table in sorted(f for f in os.listdir(path) if f.lower().endswith(".csv")):
+            split = split_name(os.path.splitext(table)[0])
+            if split and is_box_csv(os.path.join(path, table)):
+                tables.setdefault(split, []).append(os.path.join(path, table))
+    if any(tables.values()):
+        return "csv", {split: (",".join(files), [image for f in files for image in read_box_csv(f)])
+                       for split, files in tables.items() if files}
+    return None
 
 
 def _yolo_yaml(folder: str) -> Optional[str]:

@@ -160,6 +160,24 @@ def voc_folder_dataset(path: str, folders: Dict[str, str]) -> Dataset:
     return Dataset(path, "voc", classes, splits)
 
 
+# --- Boxes with class names, an image at a time: LabelMe JSON, TensorFlow Object Detection CSV
+
+def named_boxes_dataset(path: str, data_format: str, splits: Dict[str, tuple]) -> Dataset:
+    """{split: (location, [NamedBoxes])}; the classes are the names of the boxes, sorted
+    (the 20 VOC ids when every name is a VOC class, as for VOC)."""
+    from efficientdet_keras.data.formats.named_boxes import named_records, object_names
+    classes = named_classes(object_names([image for _, images in splits.values()
+                                          for image in images]))
+
+    def loader(images):
+        return lambda: RecordsSource(named_records(images, classes.names))
+
+    found = {split: DataSplit(split, location, loader(images))
+             for split, (location, images) in sorted(splits.items(),
+                                                    key=lambda kv: SPLITS.index(kv[0]))}
+    return Dataset(path, data_format, classes, found)
+
+
 # --- TFRecord -------------------------------------------------------------------------------
 
 def tfrecord_dataset(path: str, files: Sequence[str]) -> Dataset:
