@@ -4,6 +4,7 @@ with no split keys at all (supervision's), its split folders beside it; VOC XMLs
 images, in split folders (Roboflow's, supervision's) or in one folder (labelImg's)."""
 
 import os
+import re
 import shutil
 
 import pytest
@@ -127,3 +128,56 @@ def test_a_voc_xml_without_its_image_is_named(tmp_path):
     os.remove(os.path.join(root, "train_03.jpg"))
     with pytest.raises(FileNotFoundError, match="train_03.xml: no image beside it"):
         open_dataset(root)
+
+
+def zero_based(xml_folder):
+    """The XMLs rewritten as datumaro, CVAT and globox write VOC: pixels from 0."""
+    for name in os.listdir(xml_folder):
+        if name.endswith(".xml"):
+            path = os.path.join(xml_folder, name)
+            with open(path) as f:
+                text = f.read()
+            for key in ("xmin", "ymin"):
+                text = re.sub(r"<%s>(\d+)</%s>" % (key, key),
+                              lambda m, k=key: "<%s>%d</%s>" % (k, int(m.group(1)) - 1, k), text)
+            with open(path, "w") as f:
+                f.write(text)
+
+
+def test_zero_based_voc_folders_are_read_from_zero_and_said(tmp_path):
+    devkit, root = str(tmp_path / "devkit"), str(tmp_path / "export")
+    truth = dataset_layouts.write_voc(devkit)
+    voc_xml_beside_images(devkit, root, {"train": "train", "val": "valid"})
+    zero_based(os.path.join(root, "train"))
+    zero_based(os.path.join(root, "valid"))
+    # One box that touches the left edge: a 0 that 1-based pixels cannot hold.
+    edge = os.path.join(root, "valid", "val_01.xml")
+    with open(edge) as f:
+        text = f.read()
+    with open(edge, "w") as f:
+        f.write(re.sub(r"<xmin>\d+</xmin>", "<xmin>0</xmin>", text))
+    (name, box), = truth["val"]["val_01.jpg"]
+    truth["val"]["val_01.jpg"] = [(name, [box[0], 0, box[2], box[3]])]
+    dataset = open_dataset(root)
+    for split in ("train", "val"):
+        assert boxes_by_file(dataset, split) == expected(truth[split])
+    assert "boxes 0-based, as" in dataset.describe()
+
+
+def test_a_datumaro_voc_year_folder_is_zero_based_by_its_labelmap(tmp_path):
+    devkit = str(tmp_path)
+    truth = dataset_layouts.write_voc(devkit)
+    zero_based(os.path.join(devkit, "Annotations"))
+    with open(os.path.join(devkit, "labelmap.txt"), "w") as f:
+        f.write("# label:color_rgb:parts:actions\nbackground:0,0,0::\nwidget:1,2,3::\n"
+                "gadget:4,5,6::\n")
+    dataset = open_dataset(devkit)
+    assert boxes_by_file(dataset, "val") == expected(truth["val"])
+    assert "labelmap.txt" in dataset.describe()
+
+
+def test_the_voc_devkit_stays_one_based(tmp_path):
+    truth = dataset_layouts.write_voc(str(tmp_path))
+    dataset = open_dataset(str(tmp_path))
+    assert boxes_by_file(dataset, "train") == expected(truth["train"])
+    assert "0-based" not in dataset.describe()

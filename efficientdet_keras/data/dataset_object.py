@@ -44,12 +44,15 @@ class Dataset:
     """A dataset found by `open_dataset`: its format, its splits and its classes.
 
     skipped: entries left out while reading, by kind (the warnings named each of them).
+    notes: what reading assumed that a user should know (the pixel origin of VOC boxes).
     """
     path: str
     format: str
     classes: DataClasses
     splits: Dict[str, DataSplit]
     skipped: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    # What reading the data assumed that a user should know (one line each, in describe()).
+    notes: List[str] = dataclasses.field(default_factory=list)
 
     def split(self, name: str) -> DataSplit:
         """Raises ValueError naming the splits there are when `name` is not one of them."""
@@ -119,6 +122,7 @@ class Dataset:
         if self.classes.dropped:
             lines.append("  left out the root category %r (no boxes; the others' supercategory)"
                          % self.classes.dropped)
+        lines.extend("  " + note for note in self.notes)
         if self.skipped:
             lines.append("  skipped %s" % ", ".join("%d x %s" % (n, kind) for kind, n
                                                     in sorted(self.skipped.items())))

@@ -124,8 +124,10 @@ def yolo_dataset(yaml_file: str) -> Dataset:
 
 def voc_dataset(voc_root: str) -> Dataset:
     """A VOC year folder: train and val (else trainval as train) and test from
-    ImageSets/Main; the classes are the object names of its annotations."""
-    from efficientdet_keras.data.formats.voc import load_voc_records, voc_object_names
+    ImageSets/Main; the classes are the object names of its annotations. Its pixels start at
+    1 as in the VOC devkit, or at 0 when datumaro's labelmap.txt (CVAT's VOC export is
+    datumaro's) sits beside them."""
+    from efficientdet_keras.data.formats.voc import voc_split_pairs
     main = os.path.join(voc_root, "ImageSets", "Main")
     present = [s for s in ("train", "val", "trainval", "test")
                if os.path.isfile(os.path.join(main, s + ".txt"))]
@@ -134,30 +136,40 @@ def voc_dataset(voc_root: str) -> Dataset:
     files = {split: name for split, name in files.items() if name in present}
     if not files:
         raise ValueError("%s has no train.txt, val.txt, trainval.txt or test.txt" % main)
-    classes = named_classes(voc_object_names(voc_root, list(files.values())))
-
-    def loader(split_file):
-        return lambda: RecordsSource(load_voc_records(voc_root, split_file, classes.names))
-
-    splits = {split: DataSplit(split, os.path.join(main, name + ".txt"), loader(name))
-              for split, name in sorted(files.items(), key=lambda kv: SPLITS.index(kv[0]))}
-    return Dataset(voc_root, "voc", classes, splits)
+    datumaro_map = os.path.join(voc_root, "labelmap.txt")
+    zero_based = datumaro_map if os.path.isfile(datumaro_map) else None
+    return _voc_pairs_dataset(voc_root, {
+        split: (os.path.join(main, name + ".txt"), voc_split_pairs(voc_root, name))
+        for split, name in files.items()}, zero_based)
 
 
 def voc_folder_dataset(path: str, folders: Dict[str, str]) -> Dataset:
     """VOC XMLs beside their images, {split: folder}; the classes are the XMLs' object names
-    (as for a VOC year folder)."""
-    from efficientdet_keras.data.formats.voc import (load_voc_pairs, voc_folder_pairs,
-                                                     voc_pair_object_names)
-    pairs = {split: voc_folder_pairs(folder) for split, folder in folders.items()}
-    classes = named_classes(voc_pair_object_names([p for ps in pairs.values() for p in ps]))
+    (as for a VOC year folder). The tools that export this layout write pixels from 0, seen
+    in a box coordinate of 0 (else they are taken to start at 1, as in the VOC devkit)."""
+    from efficientdet_keras.data.formats.voc import voc_folder_pairs
+    return _voc_pairs_dataset(path, {split: (folder, voc_folder_pairs(folder))
+                                     for split, folder in folders.items()}, None)
 
-    def loader(split):
-        return lambda: RecordsSource(load_voc_pairs(pairs[split], classes.names))
 
-    splits = {split: DataSplit(split, folders[split], loader(split))
-              for split in sorted(folders, key=SPLITS.index)}
-    return Dataset(path, "voc", classes, splits)
+def _voc_pairs_dataset(path: str, splits: Dict[str, tuple], zero_based) -> Dataset:
+    """{split: (location, [(xml, image)])}; zero_based: the file that shows the pixels start
+    at 0, or None to look for a coordinate of 0 in the XMLs (folder layouts only)."""
+    from efficientdet_keras.data.formats.voc import load_voc_pairs, voc_annotation_survey
+    names, zero_file = voc_annotation_survey([p for _, ps in splits.values() for p in ps])
+    classes = named_classes(names)
+    if zero_based is None and not os.path.isdir(os.path.join(path, "ImageSets")):
+        zero_based = zero_file
+    origin = 0 if zero_based else 1
+
+    def loader(pairs):
+        return lambda: RecordsSource(load_voc_pairs(pairs, classes.names, origin=origin))
+
+    found = {split: DataSplit(split, location, loader(pairs)) for split, (location, pairs)
+             in sorted(splits.items(), key=lambda kv: SPLITS.index(kv[0]))}
+    notes = ["boxes 0-based, as %s shows (the VOC devkit's start at 1)" % zero_based] \
+        if zero_based else []
+    return Dataset(path, "voc", classes, found, notes=notes)
 
 
 # --- Boxes with class names, an image at a time: LabelMe JSON, TensorFlow Object Detection CSV

@@ -53,11 +53,15 @@ def load_voc_records(voc_root: str, split: str = "train",
 
 def load_voc_pairs(pairs: Sequence[Tuple[str, str]],
                    label_map: Optional[Dict[int, str]] = None,
-                   start_id: int = 1) -> List[ImageRecord]:
+                   start_id: int = 1, origin: int = 1) -> List[ImageRecord]:
     """ImageRecords of (annotation XML, image) pairs, ids from start_id in pair order; boxes,
-    classes and errors as `load_voc_records` says."""
+    classes and errors as `load_voc_records` says.
+
+    origin: the pixel index of the image's first column and row in the XMLs: 1 in the VOC
+      devkit's files (the default), 0 in the VOC exports of datumaro, CVAT and globox.
+    """
     class_ids = _names_to_ids(label_map or VOC_LABEL_MAP)
-    return [_read_annotation(xml_path, image_path, start_id + index, class_ids)
+    return [_read_annotation(xml_path, image_path, start_id + index, class_ids, origin)
             for index, (xml_path, image_path) in enumerate(pairs)]
 
 
@@ -115,27 +119,33 @@ def voc_split_ids(voc_root: str, split: str) -> List[str]:
         return [line.split()[0] for line in f if line.strip()]
 
 
-def voc_object_names(voc_root: str, splits: List[str]) -> List[str]:
-    """The object names the annotations of some splits use, sorted (the data's classes)."""
-    return voc_pair_object_names([pair for split in splits
-                                  for pair in voc_split_pairs(voc_root, split)])
-
-
-def voc_pair_object_names(pairs: Sequence[Tuple[str, str]]) -> List[str]:
-    """The object names the annotation XMLs of some pairs use, sorted.
+def voc_annotation_survey(pairs: Sequence[Tuple[str, str]]) -> Tuple[List[str], Optional[str]]:
+    """The object names the annotation XMLs of some pairs use, sorted, and the first XML with
+    a box coordinate of 0 (None if none has one): the VOC devkit's pixels start at 1, so such
+    a file was written 0-based, as datumaro, CVAT and globox write VOC.
 
     Unreadable annotation files are passed over here; reading the records names them.
     """
-    names = set()
+    names, zero_file = set(), None
     for xml_path, _ in pairs:
         try:
             root = ElementTree.parse(xml_path)
         except (OSError, ParseError, ValueError):
             continue
-        names.update((obj.findtext("name") or "").strip()
-                     for obj in root.getroot().findall("object"))
+        for obj in root.getroot().findall("object"):
+            names.add((obj.findtext("name") or "").strip())
+            if zero_file is None and any(_is_zero(obj.findtext("bndbox/" + key))
+                                         for key in ("xmin", "ymin")):
+                zero_file = xml_path
     names.discard("")
-    return sorted(names)
+    return sorted(names), zero_file
+
+
+def _is_zero(text: Optional[str]) -> bool:
+    try:
+        return float(text) == 0.0
+    except (TypeError, ValueError):
+        return False
 
 
 def _names_to_ids(label_map: Dict[int, str]) -> Dict[str, int]:
@@ -149,7 +159,7 @@ def _names_to_ids(label_map: Dict[int, str]) -> Dict[str, int]:
 
 
 def _read_annotation(xml_path: str, image_path: str, image_id: int,
-                     class_ids: Dict[str, int]) -> ImageRecord:
+                     class_ids: Dict[str, int], origin: int = 1) -> ImageRecord:
     if not os.path.isfile(xml_path):
         raise FileNotFoundError("VOC annotation file not found: %s" % xml_path)
     try:
@@ -164,7 +174,7 @@ def _read_annotation(xml_path: str, image_path: str, image_id: int,
             # Coordinates are integers in VOC itself but floats in some exports.
             xmin, ymin, xmax, ymax = (float(_text(obj, "bndbox/" + key))
                                       for key in ("xmin", "ymin", "xmax", "ymax"))
-            boxes.append([ymin - 1.0, xmin - 1.0, ymax, xmax])
+            boxes.append([ymin - origin, xmin - origin, ymax, xmax])
             classes.append(class_ids[name])
             difficult.append(int(obj.findtext("difficult", "0").strip() or 0))
             truncated.append(int(obj.findtext("truncated", "0").strip() or 0))
