@@ -1,7 +1,9 @@
 """YOLO and VOC data as other exporters than Ultralytics and the VOCdevkit write them, read box
 for box as the standard layout: a data.yaml with `valid:` or `validation:` for its val split, or
-with no split keys at all (supervision's), its split folders beside it; VOC XMLs beside their
-images, in split folders (Roboflow's, supervision's) or in one folder (labelImg's)."""
+with no split keys at all (supervision's), its split folders beside it; Darknet's YOLO 1.1
+(CVAT's) and label files beside images with classes.txt (labelImg's); VOC XMLs beside their
+images, in split folders (Roboflow's, supervision's) or in one folder (labelImg's), and VOC
+written from pixel 0 (datumaro's, CVAT's, globox's)."""
 
 import os
 import re
@@ -181,3 +183,47 @@ def test_the_voc_devkit_stays_one_based(tmp_path):
     dataset = open_dataset(str(tmp_path))
     assert boxes_by_file(dataset, "train") == expected(truth["train"])
     assert "0-based" not in dataset.describe()
+
+
+def labels_beside_images(source, target):
+    """An Ultralytics dataset's images with their label files beside them, per split."""
+    for split in ("train", "val"):
+        out = os.path.join(target, split)
+        for kind in ("images", "labels"):
+            shutil.copytree(os.path.join(source, kind, split), out, dirs_exist_ok=True)
+
+
+def test_darknet_yolo_1_1_as_cvat_exports_it(tmp_path):
+    # obj.data, obj.names, train.txt, valid.txt and obj_<split>_data/, paths under data/.
+    source, root = str(tmp_path / "source"), str(tmp_path / "cvat")
+    truth = dataset_layouts.write_yolo(source)
+    labels_beside_images(source, os.path.join(root, "staging"))
+    for split, listing in (("train", "train.txt"), ("val", "valid.txt")):
+        folder = "obj_%s_data" % split
+        os.rename(os.path.join(root, "staging", split), os.path.join(root, folder))
+        images = sorted(n for n in os.listdir(os.path.join(root, folder)) if n.endswith(".jpg"))
+        with open(os.path.join(root, listing), "w") as f:
+            f.write("".join("data/%s/%s\n" % (folder, n) for n in images))
+    with open(os.path.join(root, "obj.names"), "w") as f:
+        f.write("\n".join(NAMES) + "\n")
+    with open(os.path.join(root, "obj.data"), "w") as f:
+        f.write("classes = 2\ntrain = data/train.txt\nvalid = data/valid.txt\n"
+                "names = data/obj.names\nbackup = backup/\n")
+    dataset = open_dataset(root)
+    assert dataset.format == "yolo" and list(dataset.splits) == ["train", "val"]
+    assert dataset.classes.names == {1: "widget", 2: "gadget"}
+    for split in ("train", "val"):
+        assert boxes_by_file(dataset, split) == expected(truth[split])
+
+
+def test_labels_beside_images_with_classes_txt(tmp_path):
+    # labelImg's YOLO mode: train/ and val/ of images and label files, classes.txt above.
+    source, root = str(tmp_path / "source"), str(tmp_path / "labelimg")
+    truth = dataset_layouts.write_yolo(source)
+    labels_beside_images(source, root)
+    with open(os.path.join(root, "classes.txt"), "w") as f:
+        f.write("\n".join(NAMES) + "\n")
+    dataset = open_dataset(root)
+    assert list(dataset.splits) == ["train", "val"]
+    for split in ("train", "val"):
+        assert boxes_by_file(dataset, split) == expected(truth[split])

@@ -7,7 +7,9 @@ from its layout.
     classes_into_config(config, dataset.classes)
 
 Layouts found, in this order, for a folder:
-  yolo      an Ultralytics data.yaml (or another .yaml with `names`) in the folder
+  yolo      an Ultralytics data.yaml (or another .yaml with `names`) in the folder; or
+            Darknet's obj.data (CVAT's YOLO 1.1), or images with their label files beside them
+            and classes.txt or obj.names (labelImg's), in split folders or in the folder
   roboflow  train/ valid/ test/ folders, each with _annotations.coco.json beside its images
   voc       Annotations/, JPEGImages/ and ImageSets/Main/<split>.txt (a VOC year folder)
   voc       or VOC XMLs beside their images, in train/ valid/ test/ or in the folder itself
@@ -57,6 +59,9 @@ def open_dataset(path: str) -> Dataset:
     yaml_file = _yolo_yaml(path)
     if yaml_file:
         return yolo_dataset(yaml_file)
+    yolo_without_yaml = _darknet_or_labelled_folder(path)
+    if yolo_without_yaml:
+        return yolo_dataset(yolo_without_yaml.yaml_path, yolo_without_yaml)
     roboflow = {split_name(os.path.basename(os.path.dirname(f))): f for f in sorted(
         glob.glob(os.path.join(glob.escape(path), "*", ROBOFLOW_ANNOTATIONS)))}
     roboflow.pop(None, None)
@@ -180,6 +185,21 @@ def _named_boxes_splits(path: str):
         return "csv", {split: (",".join(files), [image for f in files for image in read_box_csv(f)])
                        for split, files in tables.items() if files}
     return None
+
+
+def _darknet_or_labelled_folder(path: str):
+    """The YoloDataset of Darknet's obj.data, or of images with their label files beside them
+    and classes.txt or obj.names (in the folder or its split folders); else None."""
+    from efficientdet_keras.data.formats.yolo_darknet import (classes_file, read_darknet_data,
+                                                               read_labelled_folder)
+    if os.path.isfile(os.path.join(path, "obj.data")):
+        return read_darknet_data(os.path.join(path, "obj.data"))
+    folders = _split_folders(path)
+    names_file = classes_file(path) or next(
+        (f for f in map(classes_file, folders.values()) if f), None)
+    if names_file is None:
+        return None
+    return read_labelled_folder(path, names_file, folders)
 
 
 def _yolo_yaml(folder: str) -> Optional[str]:

@@ -98,11 +98,12 @@ def find_image_dir(json_file: str, data: dict) -> str:
 
 # --- YOLO -----------------------------------------------------------------------------------
 
-def yolo_dataset(yaml_file: str) -> Dataset:
-    """An Ultralytics data.yaml with its images/ and labels/ (see `data.formats.yolo`)."""
+def yolo_dataset(yaml_file: str, layout=None) -> Dataset:
+    """An Ultralytics data.yaml with its images/ and labels/ (see `data.formats.yolo`), or the
+    YoloDataset `layout` read from another file (`data.formats.yolo_darknet`)."""
     from efficientdet_keras.data.formats.yolo import load_yolo_records
     from efficientdet_keras.data.formats.yolo_yaml import read_yolo_yaml
-    layout = read_yolo_yaml(yaml_file)
+    layout = layout or read_yolo_yaml(yaml_file)
     classes = indexed_classes(layout.names)
     skipped = collections.Counter()
 

@@ -170,7 +170,7 @@ def _images_of(yaml_path: str, root: str, key: str, source: str) -> List[str]:
     if not os.path.exists(path) and source.startswith("../"):
         path = os.path.normpath(os.path.join(root, source[3:]))
     if os.path.isdir(path):
-        images = _images_in(path)
+        images = images_in(path)
         if not images:
             raise ValueError("%s: '%s': %s holds no images (%s)" % (
                 yaml_path, key, path, ", ".join(e[1:] for e in IMAGE_EXTENSIONS)))
@@ -185,7 +185,7 @@ def _images_of(yaml_path: str, root: str, key: str, source: str) -> List[str]:
     raise FileNotFoundError("%s: '%s': %s does not exist" % (yaml_path, key, path))
 
 
-def _images_in(folder: str) -> List[str]:
+def images_in(folder: str) -> List[str]:
     found = []
     for parent, _, files in os.walk(folder):
         found.extend(os.path.join(parent, name) for name in files
