@@ -176,6 +176,8 @@ def test_a_datumaro_voc_year_folder_is_zero_based_by_its_labelmap(tmp_path):
     dataset = open_dataset(devkit)
     assert boxes_by_file(dataset, "val") == expected(truth["val"])
     assert "labelmap.txt" in dataset.describe()
+    # The classes in the label map's order (not sorted by name, as without it).
+    assert dataset.classes.names == {1: "widget", 2: "gadget"}
 
 
 def test_the_voc_devkit_stays_one_based(tmp_path):

@@ -7,13 +7,14 @@ Each split's records are read when its source is first asked for; the classes ar
 import collections
 import glob
 import os
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from efficientdet_keras.data.dataset_object import Dataset, DataSplit
 from efficientdet_keras.data.formats.classes import (DataClasses, coco_classes, indexed_classes,
                                                      named_classes)
 from efficientdet_keras.data.formats.coco_json import parse_coco_file
-from efficientdet_keras.data.formats.label_map import read_label_map_file
+from efficientdet_keras.data.formats.label_map import (read_datumaro_labelmap,
+                                                       read_label_map_file)
 from efficientdet_keras.data.formats.records import with_class_ids
 from efficientdet_keras.data.sources import RecordsSource, TFRecordSource
 from efficientdet_keras.data.split_names import SPLITS, split_name
@@ -141,7 +142,8 @@ def voc_dataset(voc_root: str) -> Dataset:
     zero_based = datumaro_map if os.path.isfile(datumaro_map) else None
     return _voc_pairs_dataset(voc_root, {
         split: (os.path.join(main, name + ".txt"), voc_split_pairs(voc_root, name))
-        for split, name in files.items()}, zero_based)
+        for split, name in files.items()}, zero_based,
+        read_datumaro_labelmap(datumaro_map) if zero_based else None)
 
 
 def voc_folder_dataset(path: str, folders: Dict[str, str]) -> Dataset:
@@ -153,12 +155,19 @@ def voc_folder_dataset(path: str, folders: Dict[str, str]) -> Dataset:
                                      for split, folder in folders.items()}, None)
 
 
-def _voc_pairs_dataset(path: str, splits: Dict[str, tuple], zero_based) -> Dataset:
+def _voc_pairs_dataset(path: str, splits: Dict[str, tuple], zero_based,
+                       label_order: Optional[List[str]] = None) -> Dataset:
     """{split: (location, [(xml, image)])}; zero_based: the file that shows the pixels start
-    at 0, or None to look for a coordinate of 0 in the XMLs (folder layouts only)."""
+    at 0, or None to look for a coordinate of 0 in the XMLs (folder layouts only);
+    label_order: the class names in the order the export's labelmap.txt gives them, which
+    number the classes when it holds every name the XMLs use."""
     from efficientdet_keras.data.formats.voc import load_voc_pairs, voc_annotation_survey
     names, zero_file = voc_annotation_survey([p for _, ps in splits.values() for p in ps])
-    classes = named_classes(names)
+    if label_order and set(names) <= set(label_order):
+        classes = indexed_classes(label_order)
+        classes = DataClasses(classes.names, dict(classes.names))
+    else:
+        classes = named_classes(names)
     if zero_based is None and not os.path.isdir(os.path.join(path, "ImageSets")):
         zero_based = zero_file
     origin = 0 if zero_based else 1

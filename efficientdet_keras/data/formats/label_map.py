@@ -1,7 +1,7 @@
 """Label map files: class ids and names from JSON, YAML or an Object Detection API .pbtxt."""
 
 import re
-from typing import Dict
+from typing import Dict, List
 
 
 def read_label_map_file(path: str) -> Dict[int, str]:
@@ -42,3 +42,12 @@ def read_label_map_file(path: str) -> Dict[int, str]:
     except (TypeError, ValueError):
         raise ValueError("label map %s must be a mapping of integer ids to names, e.g. "
                          "{1: cat, 2: dog}" % path) from None
+
+
+def read_datumaro_labelmap(path: str) -> List[str]:
+    """The class names of datumaro's (and CVAT's) VOC labelmap.txt, in its order, without its
+    background row: `# label:color_rgb:parts:actions` then `name:r,g,b::` a line."""
+    with open(path, encoding="utf-8-sig") as f:
+        names = [line.split(":", 1)[0].strip() for line in f
+                 if line.strip() and not line.lstrip().startswith("#")]
+    return [name for name in names if name and name != "background"]
