@@ -288,6 +288,7 @@ def test_an_unreachable_tracker_costs_one_warning_and_seconds(kind, tmp_path):
     assert dict(os.environ) == environment  # The short HTTP settings were only for the calls.
 
 
+@pytest.mark.slow  # The one-warning test above keeps an unreachable tracker in make test.
 def test_an_unreachable_tracker_leaves_the_training_run_as_it_was(data, tmp_path):
     uri = "http://127.0.0.1:%d" % free_port()
     model_dir = tmp_path / "run"

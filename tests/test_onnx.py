@@ -111,7 +111,7 @@ def test_the_file_takes_any_batch_and_size_and_has_the_four_outputs(exported):
     assert nms_constants(path) == [(100, pytest.approx(0.5), pytest.approx(0.001))]
 
 
-@pytest.mark.parametrize("batch_size", [1, 3])
+@pytest.mark.parametrize("batch_size", [pytest.param(1, marks=pytest.mark.slow), 3])
 def test_detections_equal_the_saved_model_function(exported, batch_size):
     model, path, _ = exported
     runner = ONNXRunner(path)

@@ -200,6 +200,7 @@ def two_class_model(**overrides):
     return model
 
 
+@pytest.mark.slow
 def test_op_options_come_from_the_config(tmp_path):
     """tflite_use_regular_nms: NMS per class, equal to the SavedModel's hard NMS; the
     default fast NMS keeps one class per box, equal to hard NMS across classes;

@@ -166,7 +166,8 @@ def test_detections_file_gives_the_same_top_detection_as_raw_outputs(exported):
     np.testing.assert_allclose(found["boxes"][0], boxes[0], atol=1e-2)
 
 
-@pytest.mark.parametrize("resize_mode", ["letterbox", "stretch"])
+@pytest.mark.parametrize("resize_mode", [
+    "letterbox", pytest.param("stretch", marks=pytest.mark.slow)])
 def test_tflite_evaluation_equals_the_keras_evaluation(exported, resize_mode):
     model, paths, data = exported
     nms = {"score_thresh": 0.1}  # Scores below are close together (see `exported`).

@@ -119,6 +119,7 @@ def test_gradient_clipping_by_global_norm(data):
     assert update == pytest.approx(1e-3, rel=1e-3)  # ...and the step is clipped to the limit.
 
 
+@pytest.mark.slow  # test_recompute keeps the checkpointed gradients in make test.
 def test_grad_checkpoint_makes_the_same_training_step(data):
     """Gradient checkpointing recomputes the backbone in the backward pass: one fit step with
     it leaves every variable (weights, BatchNorm statistics, optimizer slots, EMA) as without."""
@@ -146,6 +147,7 @@ def rewrite_options():
     return tf.compat.v1.ConfigProto.FromString(serialized).graph_options.rewrite_options
 
 
+@pytest.mark.slow
 def test_fit_and_evaluate_run_with_the_grappler_passes_off_and_the_same_results(data):
     """grappler_off: the train and test steps of fit run without those passes, and so does
     evaluate; the thread's options are back after; the step's results do not change."""
@@ -234,7 +236,8 @@ def test_two_replicas_make_the_same_update_as_one(data, two_cpu_strategy, make_o
                                    err_msg=variable_name(a))
 
 
-@pytest.mark.parametrize("precision", ["bfloat16", "float16"])
+@pytest.mark.parametrize("precision", [pytest.param("bfloat16", marks=pytest.mark.slow),
+                                       "float16"])
 def test_mixed_precision_steps(data, precision):
     config = small_config(mixed_precision=precision)
     model = EfficientDetNetTrain(config)
