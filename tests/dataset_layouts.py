@@ -165,3 +165,25 @@ def write_box_csv(root, train=8, val=4):
         with open(os.path.join(folder, "_annotations.csv"), "w") as f:
             f.write("\n".join(rows) + "\n")
     return truth
+
+
+def boxes_by_file(dataset, split):
+    """{image file name: [(class name, box rounded to 3 decimals)]} of a dataset's split, as
+    the writers above return their ground truth."""
+    names = dataset.classes.names
+    return {os.path.basename(r.path): [(names[int(c)], [round(float(v), 3) for v in box])
+                                       for c, box in zip(r.classes, r.boxes)]
+            for r in dataset.split(split).records}
+
+
+def expected_boxes(truth):
+    """A writer's ground truth of one split in the form of `boxes_by_file`."""
+    return {name: [(cls, [float(v) for v in box]) for cls, box in boxes]
+            for name, boxes in truth.items()}
+
+
+def assert_splits_read_as(dataset, truth, folders=(("train", "train"), ("val", "val"))):
+    """The dataset has these splits, each read box for box as the writer's folder of it."""
+    assert list(dataset.splits) == [split for split, _ in folders]
+    for split, folder in folders:
+        assert boxes_by_file(dataset, split) == expected_boxes(truth[folder]), split

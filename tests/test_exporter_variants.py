@@ -13,22 +13,14 @@ import pytest
 import yaml
 
 import dataset_layouts
-from dataset_layouts import NAMES
+from dataset_layouts import NAMES, assert_splits_read_as, boxes_by_file, expected_boxes
 from efficientdet_keras.data.datasets import open_dataset
 
 pytestmark = pytest.mark.quick
 
 
-def boxes_by_file(dataset, split):
-    names = dataset.classes.names
-    return {os.path.basename(r.path): [(names[int(c)], [round(float(v), 3) for v in box])
-                                       for c, box in zip(r.classes, r.boxes)]
-            for r in dataset.split(split).records}
 
 
-def expected(truth):
-    return {name: [(cls, [float(v) for v in box]) for cls, box in boxes]
-            for name, boxes in truth.items()}
 
 
 def rewrite_yaml(root, content):
@@ -43,7 +35,7 @@ def test_val_split_spelled_as_other_exporters_spell_it(tmp_path, val_key):
     rewrite_yaml(root, {"train": "images/train", val_key: "images/val", "names": list(NAMES)})
     dataset = open_dataset(root)
     assert list(dataset.splits) == ["train", "val"]
-    assert boxes_by_file(dataset, "val") == expected(truth["val"])
+    assert boxes_by_file(dataset, "val") == expected_boxes(truth["val"])
 
 
 def test_two_spellings_of_one_split_are_refused_naming_both(tmp_path):
@@ -61,10 +53,8 @@ def test_no_split_keys_reads_images_split_folders(tmp_path):
     truth = dataset_layouts.write_yolo(root)
     rewrite_yaml(root, {"nc": 2, "names": list(NAMES)})
     dataset = open_dataset(root)
-    assert list(dataset.splits) == ["train", "val"]
     assert dataset.classes.names == {1: "widget", 2: "gadget"}
-    for split in ("train", "val"):
-        assert boxes_by_file(dataset, split) == expected(truth[split])
+    assert_splits_read_as(dataset, truth)
 
 
 def test_no_split_keys_reads_split_images_folders(tmp_path):
@@ -76,9 +66,7 @@ def test_no_split_keys_reads_split_images_folders(tmp_path):
             shutil.copytree(os.path.join(source, kind, split), os.path.join(root, folder, kind))
     rewrite_yaml(root, {"names": list(NAMES), "nc": 2})
     dataset = open_dataset(root)
-    assert list(dataset.splits) == ["train", "val"]
-    for split in ("train", "val"):
-        assert boxes_by_file(dataset, split) == expected(truth[split])
+    assert_splits_read_as(dataset, truth)
 
 
 def test_no_split_keys_and_no_split_folders_is_one_line(tmp_path):
@@ -106,10 +94,9 @@ def test_voc_xmls_beside_images_in_split_folders(tmp_path):
     truth = dataset_layouts.write_voc(devkit)
     voc_xml_beside_images(devkit, root, {"train": "train", "val": "valid"})
     dataset = open_dataset(root)
-    assert dataset.format == "voc" and list(dataset.splits) == ["train", "val"]
+    assert dataset.format == "voc"
     assert dataset.classes.names == open_dataset(devkit).classes.names
-    for split in ("train", "val"):
-        assert boxes_by_file(dataset, split) == expected(truth[split])
+    assert_splits_read_as(dataset, truth)
     assert "train 8 images, 8 boxes" in " ".join(dataset.describe().split())
 
 
@@ -120,7 +107,7 @@ def test_voc_xmls_beside_images_in_one_folder_are_train(tmp_path):
     voc_xml_beside_images(devkit, root, {"train": ""})
     dataset = open_dataset(root)
     assert list(dataset.splits) == ["train"]
-    assert boxes_by_file(dataset, "train") == expected(truth["train"])
+    assert boxes_by_file(dataset, "train") == expected_boxes(truth["train"])
 
 
 def test_a_voc_xml_without_its_image_is_named(tmp_path):
@@ -161,8 +148,7 @@ def test_zero_based_voc_folders_are_read_from_zero_and_said(tmp_path):
     (name, box), = truth["val"]["val_01.jpg"]
     truth["val"]["val_01.jpg"] = [(name, [box[0], 0, box[2], box[3]])]
     dataset = open_dataset(root)
-    for split in ("train", "val"):
-        assert boxes_by_file(dataset, split) == expected(truth[split])
+    assert_splits_read_as(dataset, truth)
     assert "boxes 0-based, as" in dataset.describe()
 
 
@@ -174,7 +160,7 @@ def test_a_datumaro_voc_year_folder_is_zero_based_by_its_labelmap(tmp_path):
         f.write("# label:color_rgb:parts:actions\nbackground:0,0,0::\nwidget:1,2,3::\n"
                 "gadget:4,5,6::\n")
     dataset = open_dataset(devkit)
-    assert boxes_by_file(dataset, "val") == expected(truth["val"])
+    assert boxes_by_file(dataset, "val") == expected_boxes(truth["val"])
     assert "labelmap.txt" in dataset.describe()
     # The classes in the label map's order (not sorted by name, as without it).
     assert dataset.classes.names == {1: "widget", 2: "gadget"}
@@ -183,7 +169,7 @@ def test_a_datumaro_voc_year_folder_is_zero_based_by_its_labelmap(tmp_path):
 def test_the_voc_devkit_stays_one_based(tmp_path):
     truth = dataset_layouts.write_voc(str(tmp_path))
     dataset = open_dataset(str(tmp_path))
-    assert boxes_by_file(dataset, "train") == expected(truth["train"])
+    assert boxes_by_file(dataset, "train") == expected_boxes(truth["train"])
     assert "0-based" not in dataset.describe()
 
 
@@ -212,10 +198,8 @@ def test_darknet_yolo_1_1_as_cvat_exports_it(tmp_path):
         f.write("classes = 2\ntrain = data/train.txt\nvalid = data/valid.txt\n"
                 "names = data/obj.names\nbackup = backup/\n")
     dataset = open_dataset(root)
-    assert dataset.format == "yolo" and list(dataset.splits) == ["train", "val"]
-    assert dataset.classes.names == {1: "widget", 2: "gadget"}
-    for split in ("train", "val"):
-        assert boxes_by_file(dataset, split) == expected(truth[split])
+    assert dataset.format == "yolo" and dataset.classes.names == {1: "widget", 2: "gadget"}
+    assert_splits_read_as(dataset, truth)
 
 
 def test_labels_beside_images_with_classes_txt(tmp_path):
@@ -226,6 +210,4 @@ def test_labels_beside_images_with_classes_txt(tmp_path):
     with open(os.path.join(root, "classes.txt"), "w") as f:
         f.write("\n".join(NAMES) + "\n")
     dataset = open_dataset(root)
-    assert list(dataset.splits) == ["train", "val"]
-    for split in ("train", "val"):
-        assert boxes_by_file(dataset, split) == expected(truth[split])
+    assert_splits_read_as(dataset, truth)

@@ -6,6 +6,7 @@ import os
 import pytest
 
 import dataset_layouts
+from dataset_layouts import assert_splits_read_as, boxes_by_file, expected_boxes
 from efficientdet_keras.data.datasets import open_dataset
 
 pytestmark = pytest.mark.quick
@@ -14,16 +15,8 @@ LAYOUTS = {"labelme": (dataset_layouts.write_labelme, "LabelMe JSON"),
            "csv": (dataset_layouts.write_box_csv, "CSV (TensorFlow Object Detection)")}
 
 
-def boxes_by_file(dataset, split):
-    names = dataset.classes.names
-    return {os.path.basename(r.path): [(names[int(c)], [round(float(v), 3) for v in box])
-                                       for c, box in zip(r.classes, r.boxes)]
-            for r in dataset.split(split).records}
 
 
-def expected(truth):
-    return {name: [(cls, [float(v) for v in box]) for cls, box in boxes]
-            for name, boxes in truth.items()}
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
@@ -31,10 +24,9 @@ def test_split_folders_are_read_box_for_box(tmp_path, layout):
     write, format_name = LAYOUTS[layout]
     truth = write(str(tmp_path))
     dataset = open_dataset(str(tmp_path))
-    assert dataset.format == layout and list(dataset.splits) == ["train", "val"]
+    assert dataset.format == layout
     assert dataset.classes.names == {1: "gadget", 2: "widget"}  # By name, as VOC's.
-    assert boxes_by_file(dataset, "train") == expected(truth["train"])
-    assert boxes_by_file(dataset, "val") == expected(truth["valid"])
+    assert_splits_read_as(dataset, truth, (("train", "train"), ("val", "valid")))
     text = " ".join(dataset.describe().split())
     assert format_name in text and "train 8 images, 8 boxes" in text
     for record in dataset.split("val").records:
@@ -53,7 +45,7 @@ def test_labelme_in_one_folder_is_train_and_shapes_without_a_box_are_said(tmp_pa
         json.dump(data, f)
     dataset = open_dataset(folder)
     assert list(dataset.splits) == ["train"]
-    assert boxes_by_file(dataset, "train") == expected(truth["train"])
+    assert boxes_by_file(dataset, "train") == expected_boxes(truth["train"])
     assert "img00.json: 1 shapes without a box left out (point)" in caplog.text
 
 
