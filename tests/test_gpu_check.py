@@ -27,6 +27,7 @@ def run_check(*args, timeout=600):
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow  # The tool's whole run; the tests below keep each of its parts.
 def test_cpu_run_works_skips_and_fails_rows_with_their_reasons():
     result = run_check(*TINY_FLAGS, "--settings=float32,mixed_bfloat16,gradient checkpointing,"
                        "mirrored float32")

@@ -188,6 +188,7 @@ def hub_module(tmp_path_factory):
     return built_once_per_run(tmp_path_factory, "gpu_kernels_hub_module", build)
 
 
+@pytest.mark.slow  # TestOneDevice keeps the GPU path, test_export the hub fine-tune.
 class TestHubTrainer:
     @pytest.fixture(scope="class")
     def reports(self, tfrecord, hub_module):

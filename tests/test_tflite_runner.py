@@ -212,6 +212,7 @@ def test_tflite_evaluation_equals_the_keras_evaluation(exported, resize_mode):
         assert (truth != predicted).any(-1).mean() > 0.05  # Detections are drawn.
 
 
+@pytest.mark.slow
 def test_a_stretch_trained_file_is_fed_stretched_images(tmp_path):
     """resize_mode stretch travels with the file: the sidecar, the metadata's description and
     the runner, which resizes each axis on its own and maps boxes back per axis."""

@@ -252,6 +252,7 @@ def test_mixed_precision_steps(data, precision):
     assert class_outputs[0].dtype == tf.float32
 
 
+@pytest.mark.slow  # test_gpu_kernels.TestOneDevice keeps XLA-compiled steps in make test.
 def test_xla_and_steps_per_execution_from_config(data):
     # The backbone frozen: XLA compiles its forward pass but no gradients through it, which
     # cuts the compile (most of this test) by more than half and keeps what is checked here.

@@ -58,6 +58,7 @@ def test_evaluate_scores_the_run_as_training_did(trained):
     assert scored.summary().splitlines()[0].startswith(scored.evaluated)
 
 
+@pytest.mark.slow  # test_onnx, test_openvino and the docs' export commands keep export().
 def test_export_writes_checks_and_runs_each_graph_file(trained, tmp_path):
     result, data, _ = trained
     checkpoint_ap = evaluate(result.model_dir, data=data, progress=False).metrics["AP"]
