@@ -37,11 +37,9 @@ from efficientdet_keras.data.dataset_object import Dataset
 from efficientdet_keras.data.layouts import (coco_dataset, named_boxes_dataset,
                                              tfrecord_dataset, voc_dataset, voc_folder_dataset,
                                              yolo_dataset)
-from efficientdet_keras.data.split_names import split_name
+from efficientdet_keras.data.split_names import SPLIT_FOLDER_NAMES, split_name
 
 ROBOFLOW_ANNOTATIONS = "_annotations.coco.json"
-# The split folder names of exports that put each split's images and annotations together.
-SPLIT_FOLDERS = ("train", "valid", "val", "validation", "test")
 
 
 def open_dataset(path: str) -> Dataset:
@@ -155,7 +153,7 @@ def _split_folders(path: str) -> Dict[str, str]:
     """{split: folder} of the folder's split folders (train/, valid/, test/ ...)."""
     folders = {}
     for name in sorted(os.listdir(path)):
-        split = split_name(name) if name.lower() in SPLIT_FOLDERS else None
+        split = SPLIT_FOLDER_NAMES.get(name.lower())
         if split and split not in folders and os.path.isdir(os.path.join(path, name)):
             folders[split] = os.path.join(path, name)
     return folders

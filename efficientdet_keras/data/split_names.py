@@ -10,6 +10,11 @@ _SPLIT_WORDS = {"train": "train", "training": "train", "trainval": "train", "val
                 "valid": "val", "validation": "val", "test": "test", "testing": "test"}
 
 
+# The whole names exporters give split folders and YOLO keys: {name: split}.
+SPLIT_FOLDER_NAMES = {"train": "train", "val": "val", "valid": "val", "validation": "val",
+                      "test": "test"}
+
+
 def split_name(word: str) -> Optional[str]:
     """train / val / test for a folder or file name that says which (valid, val2017,
     instances_train2017.json, voc-val-00000-of-00001.tfrecord), else None."""

@@ -14,14 +14,11 @@ from typing import Dict, List
 
 from absl import logging
 
-from efficientdet_keras.data.split_names import split_name
+from efficientdet_keras.data.split_names import SPLIT_FOLDER_NAMES
 
 # The image files a split's folder is searched for; a label file's image has one of them.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 _SPLIT_KEYS = ("train", "val", "test")
-# The spellings of the split keys (and folders) that exporters write.
-_KEY_SPELLINGS = {"train": "train", "val": "val", "valid": "val", "validation": "val",
-                  "test": "test"}
 
 
 @dataclasses.dataclass
@@ -93,7 +90,7 @@ def _split_keys(yaml_path: str, data: dict) -> Dict[str, tuple]:
     """
     found: Dict[str, tuple] = {}
     for key, value in data.items():
-        split = _KEY_SPELLINGS.get(str(key).lower())
+        split = SPLIT_FOLDER_NAMES.get(str(key).lower())
         if split is None or not value:
             continue
         if split in found:
@@ -111,7 +108,7 @@ def _split_folders(root: str) -> Dict[str, tuple]:
         if not os.path.isdir(parent):
             continue
         for name in sorted(os.listdir(parent)):
-            split = split_name(name) if name.lower() in _KEY_SPELLINGS else None
+            split = SPLIT_FOLDER_NAMES.get(name.lower())
             folder = os.path.join(parent, name, child)
             if split and split not in found and os.path.isdir(folder):
                 found[split] = (os.path.relpath(folder, root), folder)
