@@ -167,6 +167,87 @@ def write_box_csv(root, train=8, val=4):
     return truth
 
 
+def write_cvat_xml(root, train=8, val=4):
+    """CVAT's "CVAT for images 1.1" export of a project: annotations.xml with the labels in
+    <meta> (gadget declared first) and each image's subset, images in images/<subset>/;
+    widgets as boxes, gadgets as polygons."""
+    truth, images = {}, []
+    for subset, count in (("Train", train), ("Validation", val)):
+        truth[subset] = {}
+        for i, (name, cls) in enumerate(_plan(count)):
+            ymin, xmin, ymax, xmax = box = _image(os.path.join(root, "images", subset), name, i)
+            if cls == 0:
+                shape = '<box label="widget" occluded="0" xtl="%.2f" ytl="%.2f" xbr="%.2f" ' \
+                    'ybr="%.2f" z_order="0"></box>' % (xmin, ymin, xmax, ymax)
+            else:
+                shape = '<polygon label="gadget" occluded="0" points="%.2f,%.2f;%.2f,%.2f;' \
+                    '%.2f,%.2f" z_order="0"></polygon>' % (xmin, ymin, xmax, ymax, xmin, ymax)
+            images.append('<image id="%d" name="%s" subset="%s" width="%d" height="%d">%s'
+                          '</image>' % (len(images), name, subset, WIDTH, HEIGHT, shape))
+            truth[subset][name] = [(NAMES[cls], box)]
+    labels = "".join("<label><name>%s</name><color>#aa0000</color><type>any</type>"
+                     "<attributes></attributes></label>" % n for n in ("gadget", "widget"))
+    with open(os.path.join(root, "annotations.xml"), "w") as f:
+        f.write('<?xml version="1.0" encoding="utf-8"?>\n<annotations><version>1.1</version>'
+                '<meta><project><id>3</id><name>widgets</name><labels>%s</labels></project>'
+                '</meta>%s</annotations>' % (labels, "".join(images)))
+    return truth
+
+
+def write_automl_csv(root, train=8, val=4):
+    """AutoML Vision's CSV: one file, no header, the split first, images named by gs://
+    addresses (found here by their path below the bucket), boxes as fractions: widgets by
+    two corners, gadgets by four vertices; a TEST image without boxes."""
+    truth, rows = {}, []
+    for split, count in (("TRAIN", train), ("VALIDATION", val)):
+        truth[split] = {}
+        for i, (name, cls) in enumerate(_plan(count)):
+            ymin, xmin, ymax, xmax = box = _image(os.path.join(root, "images", split.lower()),
+                                                  name, i)
+            x1, y1, x2, y2 = xmin / WIDTH, ymin / HEIGHT, xmax / WIDTH, ymax / HEIGHT
+            address = "gs://widgets-bucket/images/%s/%s" % (split.lower(), name)
+            if cls == 0:
+                rows.append("%s,%s,widget,%.6f,%.6f,,,%.6f,%.6f,," % (split, address, x1, y1,
+                                                                     x2, y2))
+            else:
+                rows.append("%s,%s,gadget,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f" % (
+                    split, address, x1, y1, x2, y1, x2, y2, x1, y2))
+            truth[split][name] = [(NAMES[cls], box)]
+    _image(os.path.join(root, "images", "test"), "empty.jpg", 0)
+    rows.append("TEST,gs://widgets-bucket/images/test/empty.jpg,,,,,,,,,")
+    truth["TEST"] = {"empty.jpg": []}
+    with open(os.path.join(root, "widgets.csv"), "w") as f:
+        f.write("\n".join(rows) + "\n")
+    return truth
+
+
+OPEN_IMAGES_IDS = {"widget": "/m/0w1dg3t", "gadget": "/m/0g4dg3t"}
+
+
+def write_open_images(root, train=8, val=4):
+    """Open Images' layout: train- and validation-annotations-bbox.csv, the header-less
+    class-descriptions-boxable.csv, images <ImageID>.jpg in train/ and validation/; the last
+    gadget of train is a group box (IsGroupOf)."""
+    truth = {}
+    with open(os.path.join(root, "class-descriptions-boxable.csv"), "w") as f:
+        f.write("".join("%s,%s\n" % (label, name) for name, label in OPEN_IMAGES_IDS.items()))
+    for split, count in (("train", train), ("validation", val)):
+        truth[split] = {}
+        rows = ["ImageID,Source,LabelName,Confidence,XMin,XMax,YMin,YMax,IsOccluded,"
+                "IsTruncated,IsGroupOf,IsDepiction,IsInside"]
+        for i, (name, cls) in enumerate(_plan(count)):
+            image_id = "%s%04x" % (split[0], i)
+            ymin, xmin, ymax, xmax = box = _image(os.path.join(root, split), image_id + ".jpg", i)
+            group = int(split == "train" and i == count - 1)
+            rows.append("%s,xclick,%s,1,%.6f,%.6f,%.6f,%.6f,0,0,%d,0,0" % (
+                image_id, OPEN_IMAGES_IDS[NAMES[cls]], xmin / WIDTH, xmax / WIDTH,
+                ymin / HEIGHT, ymax / HEIGHT, group))
+            truth[split][image_id + ".jpg"] = [(NAMES[cls], box)]
+        with open(os.path.join(root, "%s-annotations-bbox.csv" % split), "w") as f:
+            f.write("\n".join(rows) + "\n")
+    return truth
+
+
 def boxes_by_file(dataset, split):
     """{image file name: [(class name, box rounded to 3 decimals)]} of a dataset's split, as
     the writers above return their ground truth."""

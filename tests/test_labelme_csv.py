@@ -15,10 +15,6 @@ LAYOUTS = {"labelme": (dataset_layouts.write_labelme, "LabelMe JSON"),
            "csv": (dataset_layouts.write_box_csv, "CSV (TensorFlow Object Detection)")}
 
 
-
-
-
-
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_split_folders_are_read_box_for_box(tmp_path, layout):
     write, format_name = LAYOUTS[layout]

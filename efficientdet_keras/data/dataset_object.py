@@ -12,7 +12,9 @@ from efficientdet_keras.data.sources import RecordsSource
 
 FORMAT_NAMES = {"yolo": "YOLO (Ultralytics data.yaml)", "roboflow": "COCO JSON (Roboflow layout)",
                 "voc": "Pascal VOC", "coco": "COCO JSON", "tfrecord": "TFRecord",
-                "labelme": "LabelMe JSON", "csv": "CSV (TensorFlow Object Detection)"}
+                "labelme": "LabelMe JSON", "csv": "CSV (TensorFlow Object Detection)",
+                "cvat": "CVAT for images XML", "automl_csv": "CSV (AutoML Vision)",
+                "open_images": "Open Images CSV"}
 
 
 class DataSplit:

@@ -37,7 +37,8 @@ from efficientdet_keras.data.dataset_object import Dataset
 from efficientdet_keras.data.layouts import (coco_dataset, named_boxes_dataset,
                                              tfrecord_dataset, voc_dataset, voc_folder_dataset,
                                              yolo_dataset)
-from efficientdet_keras.data.split_names import SPLIT_FOLDER_NAMES, split_name
+from efficientdet_keras.data.named_box_layouts import cvat_layout, named_boxes_layout
+from efficientdet_keras.data.split_names import split_folders, split_name
 
 ROBOFLOW_ANNOTATIONS = "_annotations.coco.json"
 
@@ -69,10 +70,13 @@ def open_dataset(path: str) -> Dataset:
     if os.path.isdir(os.path.join(path, "Annotations")) and \
             os.path.isdir(os.path.join(path, "ImageSets", "Main")):
         return voc_dataset(path)
+    cvat = cvat_layout(path)
+    if cvat:  # Before VOC's XMLs: CVAT's is an .xml too.
+        return named_boxes_dataset(path, *cvat)
     voc_folders = _voc_xml_folders(path)
     if voc_folders:
         return voc_folder_dataset(path, voc_folders)
-    named = _named_boxes_splits(path)
+    named = named_boxes_layout(path)
     if named:
         return named_boxes_dataset(path, *named)
     records = sorted(glob.glob(os.path.join(glob.escape(path), "*.tfrecord*")))
@@ -142,47 +146,11 @@ def _voc_xml_folders(path: str) -> Dict[str, str]:
     test/), else in the folder itself (as train)."""
     def has_xml(folder):
         return any(name.lower().endswith(".xml") for name in os.listdir(folder))
-    folders = {split: folder for split, folder in _split_folders(path).items()
+    folders = {split: folder for split, folder in split_folders(path).items()
                if has_xml(folder)}
     if not folders and has_xml(path):
         folders["train"] = path
     return folders
-
-
-def _split_folders(path: str) -> Dict[str, str]:
-    """{split: folder} of the folder's split folders (train/, valid/, test/ ...)."""
-    folders = {}
-    for name in sorted(os.listdir(path)):
-        split = SPLIT_FOLDER_NAMES.get(name.lower())
-        if split and split not in folders and os.path.isdir(os.path.join(path, name)):
-            folders[split] = os.path.join(path, name)
-    return folders
-
-
-def _named_boxes_splits(path: str):
-    """(format, {split: (location, [NamedBoxes])}) of LabelMe JSON files or TensorFlow Object
-    Detection CSV files, in split folders or in the folder itself (as train); else None."""
-    from efficientdet_keras.data.formats.box_csv import is_box_csv, read_box_csv
-    from efficientdet_keras.data.formats.labelme import labelme_files, read_labelme_file
-    folders = _split_folders(path) or {"train": path}
-    labelme = {split: labelme_files(folder) for split, folder in folders.items()}
-    if any(labelme.values()):
-        return "labelme", {split: (folders[split], [read_labelme_file(f) for f in files])
-                           for split, files in labelme.items() if files}
-    tables = {split: sorted(os.path.join(folder, n) for n in os.listdir(folder)
-                            if n.lower().endswith(".csv")
-                            and is_box_csv(os.path.join(folder, n)))
-              for split, folder in folders.items()}
-    if folders == {"train": path} and len(tables["train"]) > 1:  # Split by the file names.
-        tables = {}
-        for table in sorted(f for f in os.listdir(path) if f.lower().endswith(".csv")):
-            split = split_name(os.path.splitext(table)[0])
-            if split and is_box_csv(os.path.join(path, table)):
-                tables.setdefault(split, []).append(os.path.join(path, table))
-    if any(tables.values()):
-        return "csv", {split: (",".join(files), [image for f in files for image in read_box_csv(f)])
-                       for split, files in tables.items() if files}
-    return None
 
 
 def _darknet_or_labelled_folder(path: str):
@@ -192,7 +160,7 @@ def _darknet_or_labelled_folder(path: str):
                                                                read_labelled_folder)
     if os.path.isfile(os.path.join(path, "obj.data")):
         return read_darknet_data(os.path.join(path, "obj.data"))
-    folders = _split_folders(path)
+    folders = split_folders(path)
     names_file = classes_file(path) or next(
         (f for f in map(classes_file, folders.values()) if f), None)
     if names_file is None:

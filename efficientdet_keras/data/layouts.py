@@ -1,5 +1,6 @@
 """Each dataset layout `open_dataset` finds, read into a Dataset: COCO JSON (Roboflow's
-included), a YOLO data.yaml, a Pascal VOC year folder and TFRecord files with a label map.
+included), YOLO, Pascal VOC, the layouts whose boxes carry class names (LabelMe, CVAT XML, the
+CSVs) and TFRecord files with a label map.
 
 Each split's records are read when its source is first asked for; the classes are read at once.
 """
@@ -182,14 +183,22 @@ def _voc_pairs_dataset(path: str, splits: Dict[str, tuple], zero_based,
     return Dataset(path, "voc", classes, found, notes=notes)
 
 
-# --- Boxes with class names, an image at a time: LabelMe JSON, TensorFlow Object Detection CSV
+# --- Boxes with class names: LabelMe JSON, CVAT XML, the TF Object Detection, AutoML Vision and
+# Open Images CSVs
 
-def named_boxes_dataset(path: str, data_format: str, splits: Dict[str, tuple]) -> Dataset:
-    """{split: (location, [NamedBoxes])}; the classes are the names of the boxes, sorted
+def named_boxes_dataset(path: str, data_format: str, splits: Dict[str, tuple],
+                        class_order: Optional[Sequence[str]] = None,
+                        notes: Sequence[str] = ()) -> Dataset:
+    """{split: (location, [NamedBoxes])}; the classes are class_order (CVAT's declared
+    labels) with any other name the boxes use after it, else the names of the boxes, sorted
     (the 20 VOC ids when every name is a VOC class, as for VOC)."""
     from efficientdet_keras.data.formats.named_boxes import named_records, object_names
-    classes = named_classes(object_names([image for _, images in splits.values()
-                                          for image in images]))
+    used = object_names([image for _, images in splits.values() for image in images])
+    if class_order:
+        classes = indexed_classes(list(class_order) + [n for n in used if n not in class_order])
+        classes = DataClasses(classes.names, dict(classes.names))
+    else:
+        classes = named_classes(used)
 
     def loader(images):
         return lambda: RecordsSource(named_records(images, classes.names))
@@ -197,7 +206,7 @@ def named_boxes_dataset(path: str, data_format: str, splits: Dict[str, tuple]) -
     found = {split: DataSplit(split, location, loader(images))
              for split, (location, images) in sorted(splits.items(),
                                                     key=lambda kv: SPLITS.index(kv[0]))}
-    return Dataset(path, data_format, classes, found)
+    return Dataset(path, data_format, classes, found, notes=list(notes))
 
 
 # --- TFRecord -------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """The split a folder or file name stands for: train, val or test, whatever the tool that
 wrote the dataset called it (Roboflow's "valid", COCO's "val2017", "trainval", ...)."""
 
+import os
 import re
-from typing import Optional
+from typing import Dict, Optional
 
 SPLITS = ("train", "val", "test")
 # The names tools give their splits' folders and files, and the split each one is.
@@ -22,3 +23,13 @@ def split_name(word: str) -> Optional[str]:
         if token in _SPLIT_WORDS:
             return _SPLIT_WORDS[token]
     return None
+
+
+def split_folders(path: str) -> Dict[str, str]:
+    """{split: folder} of a folder's split folders (train/, valid/, test/ ...)."""
+    folders = {}
+    for name in sorted(os.listdir(path)):
+        split = SPLIT_FOLDER_NAMES.get(name.lower())
+        if split and split not in folders and os.path.isdir(os.path.join(path, name)):
+            folders[split] = os.path.join(path, name)
+    return folders

@@ -1,11 +1,12 @@
-"""Images whose boxes carry class names, as labelling tools export them one image at a time
-(LabelMe JSON, the TensorFlow Object Detection CSV): read into `NamedBoxes`, then numbered
-into ImageRecords once the dataset's classes are known."""
+"""Images whose boxes carry class names, as labelling tools export them (LabelMe JSON, CVAT
+XML, the TensorFlow Object Detection, AutoML Vision and Open Images CSVs): read into
+`NamedBoxes`, then numbered into ImageRecords once the dataset's classes are known."""
 
 import dataclasses
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+from absl import logging
 
 from efficientdet_keras.data.formats.records import ImageRecord, empty_annotations
 
@@ -13,11 +14,13 @@ from efficientdet_keras.data.formats.records import ImageRecord, empty_annotatio
 @dataclasses.dataclass
 class NamedBoxes:
     """One image: its file, its size as the annotation states it, and its objects as
-    (class name, [ymin, xmin, ymax, xmax] in pixels)."""
+    (class name, [ymin, xmin, ymax, xmax] in pixels); crowd: the indices of the objects that
+    box a group (Open Images' IsGroupOf, COCO's iscrowd)."""
     path: str
     height: int
     width: int
     objects: List[Tuple[str, List[float]]] = dataclasses.field(default_factory=list)
+    crowd: List[int] = dataclasses.field(default_factory=list)
 
 
 def object_names(images: Sequence[NamedBoxes]) -> List[str]:
@@ -36,7 +39,9 @@ def named_records(images: Sequence[NamedBoxes], label_map: Dict[int, str],
             boxes = np.array([box for _, box in image.objects], np.float32).reshape(-1, 4)
             classes = np.array([ids[name] for name, _ in image.objects], np.int64)
             area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-            annotations = (boxes, classes, np.zeros(len(classes), bool), area.astype(np.float32))
+            crowd = np.zeros(len(classes), bool)
+            crowd[image.crowd] = True
+            annotations = (boxes, classes, crowd, area.astype(np.float32))
         else:
             annotations = empty_annotations()
         records.append(ImageRecord(start_id + index, image.path, int(image.height),
@@ -49,3 +54,18 @@ def corners_box(points: Sequence[Sequence[float]]) -> List[float]:
     xs = [float(p[0]) for p in points]
     ys = [float(p[1]) for p in points]
     return [min(ys), min(xs), max(ys), max(xs)]
+
+
+def header_size(path: str, skipped_what: str) -> Optional[Tuple[int, int]]:
+    """(height, width) of an image file as stored, read from its header, for the layouts
+    whose coordinates are fractions of a size they do not state; None, with a warning naming
+    the file and `skipped_what`, when it is missing or not an image."""
+    from PIL import Image
+    try:
+        with Image.open(path) as image:
+            width, height = image.size
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+        logging.warning("%s: cannot read the image's size, skipping %s (%s)", path,
+                        skipped_what, e)
+        return None
+    return height, width

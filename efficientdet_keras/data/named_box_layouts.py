@@ -1,0 +1,108 @@
+"""Finding the layouts whose boxes carry class names in a folder, and their splits: CVAT XML,
+LabelMe JSON, the TensorFlow Object Detection CSV, the AutoML Vision CSV and Open Images.
+
+Each finder returns (format, {split: (location, [NamedBoxes])}, class order or None, notes)
+for `layouts.named_boxes_dataset`, or None when the folder does not hold its layout.
+"""
+
+import glob
+import os
+from typing import Dict, List, Optional, Tuple
+
+from efficientdet_keras.data.formats.named_boxes import NamedBoxes
+from efficientdet_keras.data.split_names import split_folders, split_name
+
+Layout = Tuple[str, Dict[str, Tuple[str, List[NamedBoxes]]], Optional[List[str]], List[str]]
+
+# The subset CVAT and datumaro give data that was never split.
+_UNSPLIT = ("", "default")
+
+
+def cvat_layout(path: str) -> Optional[Layout]:
+    """CVAT for images XML files in the folder or its annotations/ folder: one file split by
+    its images' `subset`, or one file per split named after it (datumaro's)."""
+    from efficientdet_keras.data.formats.cvat_xml import is_cvat_file, read_cvat_file
+    files = [f for where in (path, os.path.join(path, "annotations"))
+             for f in sorted(glob.glob(os.path.join(glob.escape(where), "*.xml")))
+             if is_cvat_file(f)]
+    if not files:
+        return None
+    labels: List[str] = []
+    splits: Dict[str, Tuple[str, List[NamedBoxes]]] = {}
+    for xml_file in files:
+        file_labels, subsets = read_cvat_file(xml_file)
+        labels += [name for name in file_labels if name not in labels]
+        stem = os.path.splitext(os.path.basename(xml_file))[0]
+        for subset, images in subsets.items():
+            # Data never split is train, unless a file of its own names the split.
+            split = split_name(subset) if subset.lower() not in _UNSPLIT else \
+                split_name(stem) or "train"
+            if split is None:
+                raise ValueError("%s: subset %r is not a split (train, validation or test)"
+                                 % (xml_file, subset))
+            location, before = splits.get(split, ("", []))
+            splits[split] = (",".join(filter(None, [location, xml_file])), before + images)
+    return "cvat", splits, labels, []
+
+
+def named_boxes_layout(path: str) -> Optional[Layout]:
+    """LabelMe JSON or the TensorFlow Object Detection CSV in split folders or in the folder
+    itself (as train; CSVs also split by file name), an AutoML Vision CSV, or Open Images
+    box files."""
+    return _labelme_or_box_csv(path) or _automl(path) or _open_images(path)
+
+
+def _labelme_or_box_csv(path: str) -> Optional[Layout]:
+    from efficientdet_keras.data.formats.box_csv import is_box_csv, read_box_csv
+    from efficientdet_keras.data.formats.labelme import labelme_files, read_labelme_file
+    folders = split_folders(path) or {"train": path}
+    labelme = {split: labelme_files(folder) for split, folder in folders.items()}
+    if any(labelme.values()):
+        return "labelme", {split: (folders[split], [read_labelme_file(f) for f in files])
+                           for split, files in labelme.items() if files}, None, []
+    tables = {split: sorted(os.path.join(folder, n) for n in os.listdir(folder)
+                            if n.lower().endswith(".csv")
+                            and is_box_csv(os.path.join(folder, n)))
+              for split, folder in folders.items()}
+    if folders == {"train": path} and len(tables["train"]) > 1:  # Split by the file names.
+        tables = {}
+        for table in sorted(f for f in os.listdir(path) if f.lower().endswith(".csv")):
+            split = split_name(os.path.splitext(table)[0])
+            if split and is_box_csv(os.path.join(path, table)):
+                tables.setdefault(split, []).append(os.path.join(path, table))
+    if any(tables.values()):
+        return "csv", {split: (",".join(files), [image for f in files for image in read_box_csv(f)])
+                       for split, files in tables.items() if files}, None, []
+    return None
+
+
+def _automl(path: str) -> Optional[Layout]:
+    """The folder's AutoML Vision CSV (the first by name, when there are several)."""
+    from efficientdet_keras.data.formats.automl_csv import is_automl_csv, read_automl_csv
+    tables = [f for f in sorted(glob.glob(os.path.join(glob.escape(path), "*.csv")))
+              if is_automl_csv(f)]
+    if not tables:
+        return None
+    splits, unassigned = read_automl_csv(tables[0])
+    notes = ["%d UNASSIGNED images read into train" % unassigned] if unassigned else []
+    return "automl_csv", {split: (tables[0], images) for split, images in splits.items()}, \
+        None, notes
+
+
+def _open_images(path: str) -> Optional[Layout]:
+    from efficientdet_keras.data.formats.open_images import (box_files, class_descriptions,
+                                                            read_box_file)
+    files = box_files(path)
+    if not files:
+        return None
+    names = class_descriptions(path)
+    splits: Dict[str, Tuple[str, List[NamedBoxes]]] = {}
+    for word, box_file in files.items():
+        split = split_name(word) or ("train" if word.lower() in _UNSPLIT else None)
+        if split is None:
+            raise ValueError("%s: %r is not a split (train, validation or test)"
+                             % (box_file, word))
+        splits[split] = (box_file, read_box_file(box_file, word, names))
+    notes = [] if names is not None else [
+        "no class descriptions CSV: the classes are named by their Open Images label ids"]
+    return "open_images", splits, None, notes
