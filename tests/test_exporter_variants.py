@@ -19,10 +19,6 @@ from efficientdet_keras.data.datasets import open_dataset
 pytestmark = pytest.mark.quick
 
 
-
-
-
-
 def rewrite_yaml(root, content):
     with open(os.path.join(root, "data.yaml"), "w") as f:
         yaml.safe_dump(content, f)
@@ -171,6 +167,37 @@ def test_the_voc_devkit_stays_one_based(tmp_path):
     dataset = open_dataset(str(tmp_path))
     assert boxes_by_file(dataset, "train") == expected_boxes(truth["train"])
     assert "0-based" not in dataset.describe()
+
+
+def test_the_pixel_origin_given_wins_where_the_xmls_cannot_tell(tmp_path):
+    devkit, root = str(tmp_path / "devkit"), str(tmp_path / "export")
+    truth = dataset_layouts.write_voc(devkit)
+    voc_xml_beside_images(devkit, root, {"train": "train", "val": "valid"})
+    zero_based(os.path.join(root, "train"))
+    zero_based(os.path.join(root, "valid"))
+    # No coordinate of 0: read as the devkit's 1-based pixels, each box grows a pixel up
+    # and left.
+    shifted = boxes_by_file(open_dataset(root), "val")
+    assert shifted == {name: [(c, [box[0] - 1, box[1] - 1, box[2], box[3]]) for c, box in boxes]
+                       for name, boxes in expected_boxes(truth["val"]).items()}
+    dataset = open_dataset(root, voc_origin=0)
+    assert_splits_read_as(dataset, truth)
+    assert "boxes 0-based, as given" in dataset.describe()
+
+
+def test_the_origin_reaches_training_and_evaluation_data(tmp_path):
+    from efficientdet_keras.config import get_efficientdet_config as get_config
+    from efficientdet_keras.workflows.evaluate import validation_data
+    from efficientdet_keras.workflows.train_data import DataSpec, find_training_data
+    truth = dataset_layouts.write_voc(str(tmp_path / "voc"))
+    zero_based(os.path.join(str(tmp_path / "voc"), "Annotations"))
+    spec = DataSpec(data=str(tmp_path / "voc"), voc_origin=0)
+    os.makedirs(tmp_path / "run")
+    found = find_training_data(spec, get_config("efficientdet-d0"), str(tmp_path / "run"),
+                               evaluate=False, report=lambda line: None)
+    assert boxes_by_file(found.dataset, "train") == expected_boxes(truth["train"])
+    scored = validation_data(get_config("efficientdet-d0"), data=spec.data, voc_origin=0)
+    assert boxes_by_file(scored.dataset, "val") == expected_boxes(truth["val"])
 
 
 def labels_beside_images(source, target):

@@ -24,6 +24,7 @@ import os
 from absl import flags
 
 from efficientdet_keras.cli.common import HPARAMS_HELP, run_app, run_or_exit
+from efficientdet_keras.cli import flag_groups
 from efficientdet_keras.cli.flag_groups import flag_values
 from efficientdet_keras.workflows.train import user_config_keys
 
@@ -34,6 +35,7 @@ flags.DEFINE_string("data", "", "A dataset folder or file (COCO JSON, Roboflow, 
                     "VOC, TFRecords with a label map), its layout found as efficientdet-train "
                     "--data finds it; its classes are the check's.")
 flags.DEFINE_string("data_split", "train", "--data: the split to check (train, val or test).")
+flag_groups.define_voc_origin()
 flags.DEFINE_string("file_pattern", "", "TFRecord pattern(s) to check (comma-separated).")
 flags.DEFINE_string("json_file", "", "A COCO instances JSON to check (with --image_dir).")
 flags.DEFINE_string("image_dir", "", "The image folder of --json_file.")
@@ -86,7 +88,7 @@ def make_source_and_label_map(args, config):
     if args.data:
         from efficientdet_keras.data.formats.classes import classes_into_config
         from efficientdet_keras.data.datasets import open_dataset
-        dataset = open_dataset(args.data)
+        dataset = open_dataset(args.data, flag_groups.voc_origin(args.voc_pixel_origin))
         source = dataset.source(args.data_split)
         print(dataset.describe([args.data_split]))
         for warning in classes_into_config(config, dataset.classes,

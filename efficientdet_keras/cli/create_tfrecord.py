@@ -38,6 +38,7 @@ from typing import Optional
 from absl import flags, logging
 
 from efficientdet_keras.cli.common import run_app
+from efficientdet_keras.cli import flag_groups
 from efficientdet_keras.cli.flag_groups import flag_values
 
 TOOL = "efficientdet-create-tfrecord"
@@ -47,6 +48,7 @@ flags.DEFINE_string("data", "", "A dataset folder or file, its format, splits an
                     "found from its layout (COCO JSON, Roboflow, YOLO data.yaml, VOC): writes "
                     "every split as <output_prefix>-<split>-*.tfrecord with <output_prefix>-"
                     "<split>.json, and label_map.json beside them.")
+flag_groups.define_voc_origin()
 flags.DEFINE_enum("input_format", None, ["coco", "voc"], "The annotation format to read "
                   "(without --data).")
 flags.DEFINE_string("coco_json", "", "COCO: the instances JSON file.")
@@ -131,7 +133,7 @@ def conversion_jobs(args):
     label_map = read_label_map_file(args.label_map) if args.label_map else None
     if args.data:
         from efficientdet_keras.data.datasets import open_dataset
-        dataset = open_dataset(args.data)
+        dataset = open_dataset(args.data, flag_groups.voc_origin(args.voc_pixel_origin))
         print(dataset.describe())
         label_map = label_map or dataset.classes.names
         return [("%s-%s" % (args.output_prefix, name), split.records,

@@ -59,6 +59,7 @@ flags.DEFINE_string("data", "", "A dataset folder or file in any layout efficien
                     "--data reads (COCO JSON, Roboflow, YOLO data.yaml, VOC, TFRecords with a "
                     "label map); evaluates its --data_split, with its ground truth.")
 flags.DEFINE_string("data_split", "", "--data: the split to evaluate (default: val, else test).")
+flag_groups.define_voc_origin()
 flags.DEFINE_string("val_file_pattern", "", "TFRecord pattern(s) of the evaluation images.")
 flags.DEFINE_string("val_json_file", "", "COCO ground-truth JSON. With --image_dir and no "
                     "--val_file_pattern it is also the image list. Without it, ground truth comes "
@@ -144,7 +145,8 @@ def main(argv):
                 overrides=flag_groups.evaluation_overrides(FLAGS),
                 batch_size=FLAGS.batch_size, max_images=FLAGS.eval_samples or None,
                 backend=FLAGS.backend, use_ema=FLAGS.use_ema, num_threads=FLAGS.num_threads,
-                progress=FLAGS.progress, **val_parts)
+                progress=FLAGS.progress,
+                voc_origin=flag_groups.voc_origin(FLAGS.voc_pixel_origin), **val_parts)
 
 
 def run():

@@ -31,6 +31,19 @@ def define_num_threads() -> None:
     flags.DEFINE_integer("num_threads", None, NUM_THREADS_HELP, lower_bound=0)
 
 
+def define_voc_origin() -> None:
+    """--voc_pixel_origin: the pixel VOC boxes of a --data folder start from."""
+    flags.DEFINE_enum("voc_pixel_origin", "auto", ["auto", "0", "1"],
+                      "--data in VOC XML: the pixel its boxes start from. auto: 1 as the VOC "
+                      "devkit writes them, 0 for datumaro's and CVAT's exports (labelmap.txt "
+                      "beside them) and for XMLs beside their images with a coordinate of 0.")
+
+
+def voc_origin(value: str):
+    """--voc_pixel_origin as open_dataset takes it: None (auto), 0 or 1."""
+    return None if value in (None, "auto") else int(value)
+
+
 def define_renamed(renamed: Dict[str, str], kinds: Dict[str, str]) -> None:
     """Defines each old flag name of `renamed` (old -> new) with the new flag's type
     (`kinds`: new name -> "string" or "integer"), its help pointing at the new name."""

@@ -30,6 +30,7 @@ import gc
 import os
 import sys
 
+from efficientdet_keras.cli import flag_groups
 from efficientdet_keras.cli.common import (print_continuous_end, print_result, run_app,
                                            run_or_exit)
 from efficientdet_keras.cli.train_flags import DATA_PART_FLAGS, FLAGS, flag_problem
@@ -70,7 +71,8 @@ def main(argv):
                             "backbone_ckpt": FLAGS.backbone_ckpt})
     if problem or FLAGS.eval_images < 0:
         sys.exit("%s: %s" % (TOOL, problem or "--eval_images must be >= 0 (0: no images)"))
-    spec = DataSpec(FLAGS.data or None, FLAGS.demo, FLAGS.demo_images, **parts)
+    spec = DataSpec(FLAGS.data or None, FLAGS.demo, FLAGS.demo_images, **parts,
+                    voc_origin=flag_groups.voc_origin(FLAGS.voc_pixel_origin))
     overrides = {"batch_size": FLAGS.batch_size, "num_epochs": FLAGS.num_epochs,
                  "steps_per_execution": FLAGS.steps_per_execution, "jit_compile": FLAGS.use_xla,
                  "hub_module_url": FLAGS.hub_module_url or None,

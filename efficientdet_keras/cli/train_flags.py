@@ -6,6 +6,7 @@ import os
 
 from absl import flags
 
+from efficientdet_keras.cli import flag_groups
 from efficientdet_keras.cli.common import EVAL_TIMEOUT_HELP, HPARAMS_HELP
 
 # The flags that name data one part at a time, which --data replaces.
@@ -23,6 +24,7 @@ flags.DEFINE_string("data", "", "A dataset folder or file, its format, splits an
                     "data.yaml, a VOC folder, or TFRecords with a label map. Trains on its train "
                     "split, evaluates on val (else test); num_classes and label_map come from "
                     "the data unless --hparams sets them.")
+flag_groups.define_voc_origin()
 flags.DEFINE_string("train_file_pattern", "", "TFRecord pattern(s) of the training data.")
 flags.DEFINE_string("val_file_pattern", "", "TFRecord pattern(s) of the validation data.")
 flags.DEFINE_string("val_json_file", "", "COCO JSON ground truth of the validation data "

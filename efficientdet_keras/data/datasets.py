@@ -43,8 +43,11 @@ from efficientdet_keras.data.split_names import split_folders, split_name
 ROBOFLOW_ANNOTATIONS = "_annotations.coco.json"
 
 
-def open_dataset(path: str) -> Dataset:
+def open_dataset(path: str, voc_origin: Optional[int] = None) -> Dataset:
     """The dataset at `path` (a folder or a file), its layout found as the module doc says.
+
+    voc_origin: the pixel VOC boxes start from, 0 or 1, for an export whose origin the
+      reader cannot tell (None: found as `layouts.voc_dataset` says).
 
     Raises:
       FileNotFoundError: the path does not exist (named).
@@ -69,13 +72,13 @@ def open_dataset(path: str) -> Dataset:
                             "roboflow")
     if os.path.isdir(os.path.join(path, "Annotations")) and \
             os.path.isdir(os.path.join(path, "ImageSets", "Main")):
-        return voc_dataset(path)
+        return voc_dataset(path, voc_origin)
     cvat = cvat_layout(path)
     if cvat:  # Before VOC's XMLs: CVAT's is an .xml too.
         return named_boxes_dataset(path, *cvat)
     voc_folders = _voc_xml_folders(path)
     if voc_folders:
-        return voc_folder_dataset(path, voc_folders)
+        return voc_folder_dataset(path, voc_folders, voc_origin)
     named = named_boxes_layout(path)
     if named:
         return named_boxes_dataset(path, *named)

@@ -125,11 +125,11 @@ def yolo_dataset(yaml_file: str, layout=None) -> Dataset:
 
 # --- Pascal VOC -----------------------------------------------------------------------------
 
-def voc_dataset(voc_root: str) -> Dataset:
+def voc_dataset(voc_root: str, origin: Optional[int] = None) -> Dataset:
     """A VOC year folder: train and val (else trainval as train) and test from
     ImageSets/Main; the classes are the object names of its annotations. Its pixels start at
     1 as in the VOC devkit, or at 0 when datumaro's labelmap.txt (CVAT's VOC export is
-    datumaro's) sits beside them."""
+    datumaro's) sits beside them; `origin` (0 or 1) says it instead."""
     from efficientdet_keras.data.formats.voc import voc_split_pairs
     main = os.path.join(voc_root, "ImageSets", "Main")
     present = [s for s in ("train", "val", "trainval", "test")
@@ -144,24 +144,28 @@ def voc_dataset(voc_root: str) -> Dataset:
     return _voc_pairs_dataset(voc_root, {
         split: (os.path.join(main, name + ".txt"), voc_split_pairs(voc_root, name))
         for split, name in files.items()}, zero_based,
-        read_datumaro_labelmap(datumaro_map) if zero_based else None)
+        read_datumaro_labelmap(datumaro_map) if zero_based else None, origin)
 
 
-def voc_folder_dataset(path: str, folders: Dict[str, str]) -> Dataset:
+def voc_folder_dataset(path: str, folders: Dict[str, str],
+                       origin: Optional[int] = None) -> Dataset:
     """VOC XMLs beside their images, {split: folder}; the classes are the XMLs' object names
     (as for a VOC year folder). The tools that export this layout write pixels from 0, seen
-    in a box coordinate of 0 (else they are taken to start at 1, as in the VOC devkit)."""
+    in a box coordinate of 0 (else they are taken to start at 1, as in the VOC devkit);
+    `origin` (0 or 1) says it instead."""
     from efficientdet_keras.data.formats.voc import voc_folder_pairs
     return _voc_pairs_dataset(path, {split: (folder, voc_folder_pairs(folder))
-                                     for split, folder in folders.items()}, None)
+                                     for split, folder in folders.items()}, None, None, origin)
 
 
 def _voc_pairs_dataset(path: str, splits: Dict[str, tuple], zero_based,
-                       label_order: Optional[List[str]] = None) -> Dataset:
+                       label_order: Optional[List[str]] = None,
+                       given_origin: Optional[int] = None) -> Dataset:
     """{split: (location, [(xml, image)])}; zero_based: the file that shows the pixels start
     at 0, or None to look for a coordinate of 0 in the XMLs (folder layouts only);
     label_order: the class names in the order the export's labelmap.txt gives them, which
-    number the classes when it holds every name the XMLs use."""
+    number the classes when it holds every name the XMLs use; given_origin: 0 or 1 as the
+    user gave it, which wins."""
     from efficientdet_keras.data.formats.voc import load_voc_pairs, voc_annotation_survey
     names, zero_file = voc_annotation_survey([p for _, ps in splits.values() for p in ps])
     if label_order and set(names) <= set(label_order):
@@ -172,14 +176,22 @@ def _voc_pairs_dataset(path: str, splits: Dict[str, tuple], zero_based,
     if zero_based is None and not os.path.isdir(os.path.join(path, "ImageSets")):
         zero_based = zero_file
     origin = 0 if zero_based else 1
+    if given_origin is not None:
+        if given_origin not in (0, 1):
+            raise ValueError("the VOC pixel origin is 0 or 1, not %r" % (given_origin,))
+        origin = given_origin
 
     def loader(pairs):
         return lambda: RecordsSource(load_voc_pairs(pairs, classes.names, origin=origin))
 
     found = {split: DataSplit(split, location, loader(pairs)) for split, (location, pairs)
              in sorted(splits.items(), key=lambda kv: SPLITS.index(kv[0]))}
-    notes = ["boxes 0-based, as %s shows (the VOC devkit's start at 1)" % zero_based] \
-        if zero_based else []
+    if given_origin is not None:
+        notes = ["boxes %d-based, as given" % given_origin]
+    elif zero_based:
+        notes = ["boxes 0-based, as %s shows (the VOC devkit's start at 1)" % zero_based]
+    else:
+        notes = []
     return Dataset(path, "voc", classes, found, notes=notes)
 
 

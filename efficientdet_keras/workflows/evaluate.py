@@ -57,12 +57,14 @@ class ContinuousResult:
 def validation_data(config, *, data: Optional[str] = None, split: Optional[str] = None,
                     val_file_pattern: Optional[str] = None, val_json_file: Optional[str] = None,
                     image_dir: Optional[str] = None,
-                    report: Optional[Callable[[str], None]] = None) -> ValidationData:
+                    report: Optional[Callable[[str], None]] = None,
+                    voc_origin: Optional[int] = None) -> ValidationData:
     """The data to score: a dataset folder's split (the model's classes compared with the
     data's; `report` gets its description), or TFRecords / COCO JSON with its image folder
     (ground truth: val_json_file, or the records)."""
     if data:
-        return open_validation_data(data, config, split=split, report=report)
+        return open_validation_data(data, config, split=split, report=report,
+                                    voc_origin=voc_origin)
     if not (val_file_pattern or (val_json_file and image_dir)):
         raise ValueError("give data, val_file_pattern, or val_json_file with image_dir")
     from efficientdet_keras.data.sources import make_source
@@ -89,11 +91,15 @@ def build_evaluation(model: str, *, data: Optional[str] = None, split: Optional[
                      max_images: Optional[int] = None, backend: str = "auto",
                      use_ema: bool = True, num_threads: Optional[int] = None,
                      progress: bool = True, outputs: Optional[EvaluationOutputs] = None,
-                     report: Optional[Callable[[str], None]] = print):
+                     report: Optional[Callable[[str], None]] = print,
+                     voc_origin: Optional[int] = None):
     """(evaluation, ValidationData): a CheckpointEvaluation or an exported file's evaluation,
     its `run(checkpoint)` giving (path, metrics, timing). See `evaluate` for the arguments."""
     outputs = outputs or EvaluationOutputs()
     outputs.check()
+    data_named = dict(data=data, split=split, val_file_pattern=val_file_pattern,
+                      val_json_file=val_json_file, image_dir=image_dir, report=report,
+                      voc_origin=voc_origin)
     from efficientdet_keras.inference.loading import SAVED_MODEL_FILE
     if os.path.exists(os.path.join(model, SAVED_MODEL_FILE)):
         raise ValueError("%s is a detection SavedModel: evaluate the checkpoint it was exported "
@@ -102,10 +108,7 @@ def build_evaluation(model: str, *, data: Optional[str] = None, split: Optional[
     if fmt is not None:
         runner = fmt.runner(model, num_threads, hparams)
         config = _with_overrides(runner.config, overrides, fmt)
-        data_found = validation_data(config, data=data, split=split,
-                                     val_file_pattern=val_file_pattern,
-                                     val_json_file=val_json_file, image_dir=image_dir,
-                                     report=report)
+        data_found = validation_data(config, **data_named)
         return fmt.evaluation(
             runner, data_found.source, data_found.ground_truth, batch_size=batch_size,
             max_images=max_images, backend=backend, progress=progress,
@@ -115,9 +118,7 @@ def build_evaluation(model: str, *, data: Optional[str] = None, split: Optional[
                          % model)
     from efficientdet_keras.evaluation.continuous import CheckpointEvaluation
     config = _with_overrides(checkpoint_config(model, model_dir, model_name, hparams), overrides)
-    data_found = validation_data(config, data=data, split=split,
-                                 val_file_pattern=val_file_pattern, val_json_file=val_json_file,
-                                 image_dir=image_dir, report=report)
+    data_found = validation_data(config, **data_named)
     return CheckpointEvaluation(config, data_found.source, data_found.ground_truth,
                                 batch_size=batch_size, max_images=max_images, backend=backend,
                                 use_ema=use_ema, progress=progress,
@@ -161,7 +162,8 @@ def evaluate(model: str, *, data: Optional[str] = None, split: Optional[str] = N
         hparams (config overrides), overrides (evaluation settings on top: nms_configs,
         resize_mode, tta), batch_size, max_images, backend ("auto", "pycocotools",
         "faster_coco_eval"), use_ema, num_threads (an exported file's runtime), progress,
-        report (called with the dataset's description; None: quiet).
+        report (called with the dataset's description; None: quiet), voc_origin (the pixel
+        VOC boxes of `data` start from, 0 or 1; None: found as `open_dataset` says).
 
     Returns:
       EvalResult.

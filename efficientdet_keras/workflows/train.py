@@ -74,6 +74,7 @@ def user_config_keys(hparams) -> set:
 def train(model_dir: str, *, data: Optional[str] = None, model: str = "efficientdet-d0",
           pretrained: Optional[str] = None, hparams="", evaluate: bool = True,
           parts: Optional[DataSpec] = None, demo: bool = False, demo_images: int = 1000,
+          voc_origin: Optional[int] = None,
           strategy: str = "", tpu: Optional[dict] = None, seed: Optional[int] = None, debug: bool = False,
           num_examples_per_epoch: Optional[int] = None, eval_samples: Optional[int] = None,
           eval_images: int = 4, archive_keep: int = 3, profile: bool = False,
@@ -88,6 +89,8 @@ def train(model_dir: str, *, data: Optional[str] = None, model: str = "efficient
         num_classes and label_map unless `hparams` sets them. Or `parts` (a DataSpec of
         TFRecord patterns, COCO JSON and image folders), or `demo` (the synthetic shapes,
         `demo_images` of them, with the packaged hparams/demo.yaml).
+      voc_origin: the pixel the VOC boxes of `data` start from, 0 or 1 (None: found as
+        `open_dataset` says).
       model: the family member, efficientdet-d0 ... d7x, efficientdet-lite0 ... lite4.
       pretrained: a detector checkpoint to fine-tune (its EMA values): a path or a released
         name such as "efficientdet-d0"; the class head is skipped when its size differs.
@@ -114,7 +117,8 @@ def train(model_dir: str, *, data: Optional[str] = None, model: str = "efficient
     """
     spec = parts or DataSpec()
     spec = dataclasses.replace(spec, data=data or spec.data, demo=demo or spec.demo,
-                               demo_images=demo_images)
+                               demo_images=demo_images,
+                               voc_origin=spec.voc_origin if voc_origin is None else voc_origin)
     from efficientdet_keras.training.runtime import get_strategy
     from efficientdet_keras.training.workers import is_chief
     from efficientdet_keras.utils.run_lock import RunLock

@@ -23,7 +23,8 @@ class DataSpec:
     """What names a run's data: one of `data` (a dataset folder or file in any layout
     `open_dataset` reads), `demo` (the built-in synthetic shapes, `demo_images` training
     images), or the parts: train_file_pattern / val_file_pattern (TFRecords), train_json with
-    image_dir, val_json_file (COCO ground truth; with val_image_dir, also the image list)."""
+    image_dir, val_json_file (COCO ground truth; with val_image_dir, also the image list).
+    voc_origin: the pixel VOC boxes of `data` start from, 0 or 1 (None: found)."""
     data: Optional[str] = None
     demo: bool = False
     demo_images: int = 1000
@@ -33,6 +34,7 @@ class DataSpec:
     image_dir: Optional[str] = None
     val_json_file: Optional[str] = None
     val_image_dir: Optional[str] = None
+    voc_origin: Optional[int] = None
 
 
 @dataclasses.dataclass
@@ -106,7 +108,7 @@ def _open_dataset(spec: DataSpec, train: bool):
     the JSON); None for TFRecord parts."""
     from efficientdet_keras.data.datasets import coco_dataset, open_dataset
     if spec.data:
-        return open_dataset(spec.data)
+        return open_dataset(spec.data, spec.voc_origin)
     if spec.train_json and train:
         splits = {"train": (spec.train_json, spec.image_dir)}
         if spec.val_json_file and spec.val_image_dir and not spec.val_file_pattern:
