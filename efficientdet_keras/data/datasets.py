@@ -12,10 +12,14 @@ Layouts found, in this order, for a folder:
             and classes.txt or obj.names (labelImg's), in split folders or in the folder
   roboflow  train/ valid/ test/ folders, each with _annotations.coco.json beside its images
   voc       Annotations/, JPEGImages/ and ImageSets/Main/<split>.txt (a VOC year folder)
+  cvat      CVAT for images XML (<annotations> root) in the folder or annotations/, split by
+            the images' subset or by the file names
   voc       or VOC XMLs beside their images, in train/ valid/ test/ or in the folder itself
   labelme   LabelMe JSON files beside their images, in split folders or in the folder itself
   csv       TensorFlow Object Detection CSV (filename,width,height,class,xmin,ymin,xmax,ymax;
             Roboflow's _annotations.csv), in split folders, or split by file name
+  automl_csv  AutoML Vision's CSV (TRAIN/VALIDATION/TEST first, fractions, gs:// images)
+  open_images <split>-annotations-bbox.csv with the class descriptions CSV
   tfrecord  *.tfrecord files, split by name (train / val / test in the file name), with
             label_map.json, .yaml or .pbtxt beside them for the class names and, when there,
             a COCO JSON per split (pets-val.json) as evaluation's ground truth
@@ -89,10 +93,11 @@ def open_dataset(path: str, voc_origin: Optional[int] = None) -> Dataset:
         sorted(glob.glob(os.path.join(glob.escape(path), "*.json")))
     if jsons:
         return coco_dataset(path, _coco_splits(jsons), "coco")
-    raise ValueError("%s holds no dataset this package reads: looked for a YOLO data.yaml, "
-                     "Roboflow's train/%s, VOC's Annotations/ and ImageSets/Main/ or its XMLs "
-                     "beside the images, COCO JSON "
-                     "(annotations/*.json or *.json) and *.tfrecord files"
+    raise ValueError("%s holds no dataset this package reads: looked for a YOLO data.yaml "
+                     "(or Darknet's obj.data, or classes.txt with labels), Roboflow's train/%s, "
+                     "VOC's Annotations/ and ImageSets/Main/ or its XMLs beside the images, CVAT "
+                     "XML, LabelMe JSON, the Object Detection, AutoML Vision or Open Images CSVs, "
+                     "COCO JSON (annotations/*.json or *.json) and *.tfrecord files"
                      % (path, ROBOFLOW_ANNOTATIONS))
 
 
