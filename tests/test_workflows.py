@@ -58,6 +58,20 @@ def test_evaluate_scores_the_run_as_training_did(trained):
     assert scored.summary().splitlines()[0].startswith(scored.evaluated)
 
 
+def test_other_layouts_of_the_same_data_score_the_run_the_same(trained, tmp_path):
+    """The YOLO folder's images and boxes written as VOC (classes numbered by sorted name,
+    the model's the other way round) and as COCO: the model's ids are matched by name, so
+    every metric, per class too, is the YOLO folder's."""
+    result, data, _ = trained
+    on_yolo = evaluate(result.model_dir, data=data, progress=False).metrics
+    assert on_yolo["ARmax100"] > 0 and on_yolo["AP_/widget"] != on_yolo["AP_/gadget"]
+    dataset_layouts.write_voc(str(tmp_path / "voc"))
+    dataset_layouts.write_coco_folder(str(tmp_path / "coco"))
+    for layout in ("voc", "coco"):
+        scored = evaluate(result.model_dir, data=str(tmp_path / layout), progress=False)
+        assert scored.metrics == pytest.approx(on_yolo, abs=1e-6), layout
+
+
 @pytest.mark.slow  # test_onnx, test_openvino and the docs' export commands keep export().
 def test_export_writes_checks_and_runs_each_graph_file(trained, tmp_path):
     result, data, _ = trained
