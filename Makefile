@@ -10,6 +10,10 @@ STAMP := $(VENV)/.installed-stamp
 # pins conflict with the package's, so they live in an environment of their own.
 CLIENTS := .venv-clients
 CLIENTS_STAMP := $(CLIENTS)/.installed-stamp
+# The dataset writers (supervision, datumaro, globox, labelme) that tests/test_writer_libraries.py
+# writes datasets with; an environment of their own too (tests/writers/requirements.txt says why).
+WRITERS := .venv-writers
+WRITERS_STAMP := $(WRITERS)/.installed-stamp
 PYTEST_ARGS ?=
 
 # Two workers; each takes whole groups (a test file, or a test class), the longest first by
@@ -35,28 +39,34 @@ $(CLIENTS_STAMP): tests/clients/requirements.txt
 	$(CLIENTS)/bin/python -m pip install --quiet -r tests/clients/requirements.txt
 	touch $(CLIENTS_STAMP)
 
+# --no-compile: imports here never write bytecode, and the writers run once per suite.
+$(WRITERS_STAMP): tests/writers/requirements.txt
+	test -x $(WRITERS)/bin/python || $(PYTHON) -m venv $(WRITERS)
+	$(WRITERS)/bin/python -m pip install --quiet --no-compile -r tests/writers/requirements.txt
+	touch $(WRITERS_STAMP)
+
 # The suite CI runs: every test but those marked slow (setup.cfg says which kinds), so that it
 # ends within CI's time on a 2-core machine.
-test: $(STAMP) $(CLIENTS_STAMP)
+test: $(STAMP) $(CLIENTS_STAMP) $(WRITERS_STAMP)
 	$(PYTEST) -m "not slow" --durations=25 $(PYTEST_ARGS)
 
 # Every test, the slow ones included: before a release, or after changing what they cover.
-test-all: $(STAMP) $(CLIENTS_STAMP)
+test-all: $(STAMP) $(CLIENTS_STAMP) $(WRITERS_STAMP)
 	$(PYTEST) --durations=25 $(PYTEST_ARGS)
 
 # The inner loop while working: the tests marked quick, at least one for every module.
-test-quick: $(STAMP) $(CLIENTS_STAMP)
+test-quick: $(STAMP) $(CLIENTS_STAMP) $(WRITERS_STAMP)
 	$(PYTEST) -m quick $(PYTEST_ARGS)
 
 # The whole suite with every test's time, the time by file, and tests/durations.json rewritten
 # (the group times the scheduling reads).
-profile: $(STAMP) $(CLIENTS_STAMP)
+profile: $(STAMP) $(CLIENTS_STAMP) $(WRITERS_STAMP)
 	$(PYTEST) --durations=0 --write-durations=tests/durations.json $(PYTEST_ARGS)
 
 # Line coverage of efficientdet_keras/ over the whole suite, the processes that tests start
 # included (coverage.py's patch=subprocess, setup.cfg): commands start cold, so that each starts
 # coverage itself. Prints the report by module and writes htmlcov/; ends with pytest's status.
-coverage: $(STAMP) $(CLIENTS_STAMP)
+coverage: $(STAMP) $(CLIENTS_STAMP) $(WRITERS_STAMP)
 	rm -rf .coverage .coverage.* htmlcov
 	EFFICIENTDET_TEST_WARM=0 $(BIN)/python -m coverage run -m pytest $(PYTEST_OPTIONS) \
 		$(PYTEST_ARGS); status=$$?; \
@@ -70,7 +80,7 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf $(VENV) $(CLIENTS) build *.egg-info .pytest_cache site .coverage .coverage.* htmlcov
+	rm -rf $(VENV) $(CLIENTS) $(WRITERS) build *.egg-info .pytest_cache site .coverage .coverage.* htmlcov
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py --what=postprocess

@@ -248,6 +248,52 @@ def write_open_images(root, train=8, val=4):
     return truth
 
 
+def _writer_source_boxes(index):
+    """([x, y, w, h] pixels, class index) of the boxes of image `index` of the writers'
+    source: boxes on the left and top edges, one on the right and bottom edges, and two
+    boxes of either class in one image."""
+    first = [0 if index % 4 == 0 else 3 + index, 0 if index % 4 == 1 else 2 + index % 5,
+             20 + index % 3, 14 + index % 4]
+    boxes = [(first, index % 2)]
+    if index == 5:
+        boxes.append(([44, 30, 20, 18], 0))
+    elif index % 2 == 1:
+        boxes.append(([34 + index % 5, 20 + index % 3, 22 - index % 5, 18 + index % 4], 0))
+    return boxes
+
+
+def write_writer_source(root, train=8, val=4):
+    """The COCO folder the writer libraries read (tests/writers/write_layouts.py):
+    annotations/instances_{train,val}.json (widget id 1, gadget id 2), images in train/, val/;
+    returns the truth by split and file name."""
+    truth, index = {}, 0
+    for split, count in (("train", train), ("val", val)):
+        images, annotations, truth[split] = [], [], {}
+        os.makedirs(os.path.join(root, split), exist_ok=True)
+        for k in range(count):
+            name = "%s_%02d.jpg" % (split, k)
+            pixels = np.zeros([HEIGHT, WIDTH, 3], np.uint8)
+            pixels[..., 0] = 20 * (index % 10)
+            boxes = _writer_source_boxes(index)
+            for (x, y, w, h), cls in boxes:
+                pixels[y:y + h, x:x + w] = (255, 255, 255) if cls == 0 else (255, 128, 0)
+            Image.fromarray(pixels).save(os.path.join(root, split, name), quality=95)
+            images.append({"id": k + 1, "file_name": name, "width": WIDTH, "height": HEIGHT})
+            for (x, y, w, h), cls in boxes:
+                annotations.append({"id": len(annotations) + 1, "image_id": k + 1,
+                                    "category_id": cls + 1, "bbox": [x, y, w, h],
+                                    "area": w * h, "iscrowd": 0, "segmentation": []})
+            truth[split][name] = [(NAMES[cls], [y, x, y + h, x + w]) for (x, y, w, h), cls
+                                  in boxes]
+            index += 1
+        os.makedirs(os.path.join(root, "annotations"), exist_ok=True)
+        with open(os.path.join(root, "annotations", "instances_%s.json" % split), "w") as f:
+            json.dump({"info": {}, "licenses": [], "images": images, "annotations": annotations,
+                       "categories": [{"id": k + 1, "name": n, "supercategory": "things"}
+                                      for k, n in enumerate(NAMES)]}, f)
+    return truth
+
+
 def boxes_by_file(dataset, split):
     """{image file name: [(class name, box rounded to 3 decimals)]} of a dataset's split, as
     the writers above return their ground truth."""

@@ -103,6 +103,8 @@ def _open_images(path: str) -> Optional[Layout]:
             raise ValueError("%s: %r is not a split (train, validation or test)"
                              % (box_file, word))
         splits[split] = (box_file, read_box_file(box_file, word, names))
-    notes = [] if names is not None else [
-        "no class descriptions CSV: the classes are named by their Open Images label ids"]
+    label_ids = names is None and any(name.startswith("/m/") for _, images in splits.values()
+                                      for image in images for name, _ in image.objects)
+    notes = ["no class descriptions CSV: the classes are named by their Open Images label "
+             "ids"] if label_ids else []
     return "open_images", splits, None, notes

@@ -55,6 +55,11 @@ def parse_coco_file(annotation_file: str) -> dict:
     if not isinstance(data, dict):
         raise ValueError("%s holds a %s, not a COCO instances object" % (annotation_file,
                                                                         type(data).__name__))
+    if "dm_format_version" in data:
+        raise ValueError("%s is datumaro's own format, which this package does not read; "
+                         "export the dataset as COCO instead (datum project export -f "
+                         "coco_instances, or datum convert -if datumaro -f coco_instances)"
+                         % annotation_file)
     for key in ("images", "annotations"):
         if not isinstance(data.get(key), list):
             raise ValueError("%s has no %r list; is it a COCO instances file?" % (annotation_file, key))

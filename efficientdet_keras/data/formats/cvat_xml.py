@@ -128,18 +128,23 @@ def _turned(corners, degrees: float):
 
 
 def _image_path(xml_path: str, name: str, subset: str) -> str:
-    """Where the named image is: beside the XML or in images/ (images/<subset>/ for
-    datumaro's and a project's export), under the name's own folders or its base name."""
+    """Where the named image is: beside the XML or in images/ (images/<subset>/ or
+    images/<file name>/ for datumaro's and a project's export), from the XML's folder or, for
+    an XML in annotations/, the dataset's; under the name's own folders or its base name."""
     folder = os.path.dirname(os.path.abspath(xml_path))
+    roots = [folder] + ([os.path.dirname(folder)]
+                        if os.path.basename(folder) == "annotations" else [])
     name = name.replace("\\", "/")
     stem = os.path.splitext(os.path.basename(xml_path))[0]
     candidates = []
-    for images in _IMAGE_FOLDERS:
-        for sub in dict.fromkeys((subset, stem, "")):
-            base = os.path.join(folder, images, sub)
-            candidates += [os.path.join(base, name), os.path.join(base, os.path.basename(name))]
+    for root in roots:
+        for images in _IMAGE_FOLDERS:
+            for sub in dict.fromkeys((subset, stem, "")):
+                base = os.path.join(root, images, sub)
+                candidates += [os.path.join(base, name),
+                               os.path.join(base, os.path.basename(name))]
     found = next((c for c in candidates if os.path.isfile(c)), None)
-    return os.path.normpath(found or os.path.join(folder, "images", name))
+    return os.path.normpath(found or os.path.join(roots[-1], "images", name))
 
 
 def _text(element) -> str:

@@ -17,10 +17,9 @@ import os
 from typing import Dict, List, Optional
 
 from efficientdet_keras.data.formats.yolo_yaml import YoloDataset, images_in
-from efficientdet_keras.data.split_names import split_name
+from efficientdet_keras.data.split_names import SPLIT_FOLDER_NAMES
 
 CLASS_FILES = ("classes.txt", "obj.names")
-_DARKNET_SPLIT_KEYS = ("train", "valid", "test")
 
 
 def read_darknet_data(path: str) -> YoloDataset:
@@ -46,15 +45,19 @@ def read_darknet_data(path: str) -> YoloDataset:
         if not settings.get(key):
             raise ValueError("%s: no %r key" % (path, key))
     names = read_names(_resolve(root, settings["names"], path, "names"))
-    splits = {}
-    for key in _DARKNET_SPLIT_KEYS:
-        if settings.get(key):
-            listing = _resolve(root, settings[key], path, key)
-            with open(listing, encoding="utf-8-sig") as f:
-                # A missing image is the pipeline's to name, with the others it skips.
-                splits[split_name(key)] = [_resolve(root, line.strip(), listing, "image",
-                                                    must_exist=False)
-                                           for line in f if line.strip()]
+    splits, keys = {}, {}
+    # Darknet writes `valid`, datumaro's export `val`: any split name is a split key.
+    for key in [k for k in settings if k in SPLIT_FOLDER_NAMES and settings[k]]:
+        split = SPLIT_FOLDER_NAMES[key]
+        if split in keys:
+            raise ValueError("%s: %r and %r both name the %s split" % (path, keys[split], key,
+                                                                        split))
+        keys[split] = key
+        listing = _resolve(root, settings[key], path, key)
+        with open(listing, encoding="utf-8-sig") as f:
+            # A missing image is the pipeline's to name, with the others it skips.
+            splits[split] = [_resolve(root, line.strip(), listing, "image", must_exist=False)
+                             for line in f if line.strip()]
     return YoloDataset(path, root, splits, names)
 
 

@@ -1,0 +1,109 @@
+"""`open_dataset` against the libraries users export datasets with: one small COCO dataset is
+written by supervision, datumaro (CVAT's exporter), globox and labelme themselves, in every
+box layout each writes (tests/writers/write_layouts.py, run in their own environment,
+.venv-writers, which `make test` builds), and each result is read back: the source's
+classes and boxes, or one line for a layout the data guide says is not read."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+import dataset_layouts
+from helpers import REPO_ROOT
+from efficientdet_keras.data.datasets import open_dataset
+
+pytestmark = pytest.mark.quick
+
+WRITERS_PYTHON = os.environ.get("EFFICIENTDET_WRITERS_PYTHON",
+                                os.path.join(REPO_ROOT, ".venv-writers", "bin", "python"))
+WRITE_LAYOUTS = os.path.join(REPO_ROOT, "tests", "writers", "write_layouts.py")
+
+# Each export the package reads, and the format it is read as.
+READ = {
+    "supervision-coco": "roboflow", "supervision-pascal_voc": "voc",
+    "supervision-yolo": "yolo", "supervision-labelme": "labelme",
+    "datumaro-coco": "coco", "datumaro-coco_instances": "coco", "datumaro-voc": "voc",
+    "datumaro-voc_detection": "voc", "datumaro-voc_layout": "voc", "datumaro-voc_action": "voc",
+    "datumaro-voc_instance_segmentation": "voc", "datumaro-yolo": "yolo",
+    "datumaro-yolo_ultralytics": "yolo", "datumaro-cvat": "cvat",
+    "datumaro-open_images": "open_images",
+    "globox-coco": "coco", "globox-pascal_voc": "voc", "globox-yolo_darknet": "yolo",
+    "globox-yolo_v5": "yolo", "globox-labelme": "labelme", "globox-cvat": "cvat",
+    "globox-openimage": "open_images",
+    "labelme-json": "labelme", "labelme-json_imagedata": "labelme",
+}
+# Each export the data guide says is not read, and the start of its one-line refusal.
+NOT_READ = {
+    "datumaro-datumaro": "is datumaro's own format",
+    **{name: "holds no dataset this package reads" for name in (
+        "supervision-createml", "datumaro-datumaro_binary", "datumaro-arrow",
+        "datumaro-label_me", "datumaro-kitti", "datumaro-kitti_detection",
+        "datumaro-mot_seq_gt", "datumaro-wider_face", "datumaro-ava",
+        "datumaro-icdar_text_localization", "datumaro-mvtec_detection", "globox-via_json",
+        "globox-txt")},
+}
+# datumaro registers its TFRecord exporter only where TensorFlow is installed, and the
+# writers' environment has none (TFRecords are read as efficientdet-create-tfrecord writes).
+NOT_WRITTEN_HERE = {"datumaro-tf_detection_api"}
+# Pixels: the YOLO and Open Images layouts store fractions with 5 or more decimals.
+TOLERANCE = 0.01
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """(the source's truth, {export: its folder}, the writer script's report)."""
+    if not os.path.exists(WRITERS_PYTHON):
+        pytest.skip("the writers' environment %s is not there (`make test` builds it from "
+                    "tests/writers/requirements.txt)" % WRITERS_PYTHON)
+    root = tmp_path_factory.mktemp("writers")
+    truth = dataset_layouts.write_writer_source(str(root / "source"))
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    env.pop("PYTHONPATH", None)
+    command = subprocess.run([WRITERS_PYTHON, WRITE_LAYOUTS, str(root / "source"),
+                              str(root / "out")], capture_output=True, text=True, env=env,
+                             timeout=600)
+    assert command.returncode == 0, command.stderr[-3000:]
+    report = json.loads(command.stdout)
+    return truth, {name: str(root / "out" / name) for name in report}, report
+
+
+def test_every_export_is_written_and_classified(written):
+    _, _, report = written
+    failed = {name: r["error"] for name, r in report.items()
+              if not r["ok"] and name not in NOT_WRITTEN_HERE}
+    assert not failed
+    # A layout a writer gains must be classified here (read, or said not to be).
+    assert set(report) == set(READ) | set(NOT_READ) | NOT_WRITTEN_HERE
+
+
+@pytest.mark.parametrize("export", sorted(READ))
+def test_each_layout_is_read_box_for_box(written, export):
+    truth, folders, _ = written
+    dataset = open_dataset(folders[export])
+    assert dataset.format == READ[export]
+    assert sorted(dataset.classes.names.values()) == sorted(dataset_layouts.NAMES)
+    assert list(dataset.splits) == ["train", "val"]
+    for split in ("train", "val"):
+        read = {}
+        for record in dataset.split(split).records:
+            assert os.path.isfile(record.path), record.path
+            read[os.path.basename(record.path)] = sorted(
+                (dataset.classes.names[int(c)], [float(v) for v in box])
+                for c, box in zip(record.classes, record.boxes))
+        expected = {name: sorted(boxes) for name, boxes in truth[split].items()}
+        assert set(read) == set(expected), split
+        for name, boxes in expected.items():
+            assert [c for c, _ in read[name]] == [c for c, _ in boxes], name
+            assert read[name] and max(abs(a - b) for (_, got), (_, box) in zip(read[name], boxes)
+                                      for a, b in zip(got, box)) <= TOLERANCE, (name, read[name])
+
+
+@pytest.mark.parametrize("export", sorted(NOT_READ))
+def test_each_layout_not_read_is_refused_in_one_line(written, export):
+    _, folders, _ = written
+    with pytest.raises(ValueError) as refusal:
+        open_dataset(folders[export])
+    message = str(refusal.value)
+    assert NOT_READ[export] in message and "\n" not in message
