@@ -278,6 +278,25 @@ def test_size_fields_that_disagree_with_the_image_warn_and_use_the_image(tmp_pat
                "say 400x60, the image is 40x60; using the image's size" in line for line in lines)
 
 
+def test_a_stated_size_of_the_images_shape_is_the_frame_of_its_pixel_boxes(tmp_path):
+    # Labelled at 200x160, the image resized to 100x80 afterwards; and one whose stated size
+    # swaps the image's (labelled as displayed under an EXIF rotation), said so.
+    resized = image_record(tmp_path, 1, [[20, 40, 100, 120]], [1], height=80, width=100)
+    resized.height, resized.width = 160, 200
+    swapped = image_record(tmp_path, 2, [[10, 10, 30, 30]], [1], height=80, width=100)
+    swapped.height, swapped.width = 100, 80
+    with stderr_lines() as lines:
+        examples, health = decoded(RecordsSource([resized, swapped]),
+                                   health=DataHealth(warnings_per_kind=100))
+    by_id = {int(e["source_id"]): e for e in examples}
+    np.testing.assert_allclose(by_id[1]["boxes"], [[20 / 160, 40 / 200, 100 / 160, 120 / 200]],
+                               rtol=1e-6)
+    assert health.summary()["size_mismatches"] == 2
+    text = "\n".join(lines)
+    assert "say 160x200, the image is 80x100; boxes read in the stated size's pixels" in text
+    assert "say 100x80, the image is 80x100; width and height swapped" in text
+
+
 def image_record(folder, image_id, boxes, classes, height=100, width=100):
     path = os.path.join(str(folder), "img%d.jpg" % image_id)
     with open(path, "wb") as f:

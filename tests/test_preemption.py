@@ -1,5 +1,6 @@
-"""Stopping on SIGTERM and Ctrl-C without losing a step: StopOnSignal in one process, and
-real `efficientdet-train` processes signalled at random moments and started again."""
+"""Stopping on SIGTERM, Ctrl-C and SIGHUP without losing a step: StopOnSignal in one process,
+real `efficientdet-train` processes signalled at random moments and started again, and one
+whose terminal closes."""
 
 import contextlib
 import logging
@@ -27,11 +28,13 @@ STEPS_PER_EPOCH, EPOCHS, BACKUP_STEPS = 5, 2, 2
 
 @contextlib.contextmanager
 def python_default_handlers():
-    """SIGINT raises KeyboardInterrupt and SIGTERM ends the process, as in a fresh Python,
-    whatever the test runner set; the runner's handlers come back afterwards."""
-    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    """SIGINT raises KeyboardInterrupt and SIGTERM and SIGHUP end the process, as in a fresh
+    Python, whatever the test runner set; the runner's handlers come back afterwards."""
+    saved = {signum: signal.getsignal(signum)
+             for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
     try:
         yield
     finally:
@@ -85,17 +88,18 @@ def assert_same_state(got, want):
 
 
 @pytest.mark.quick
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_signal_during_a_step_backs_that_step_up_and_the_restart_loses_nothing(
         tmp_path, signum):
     reference = fit(str(tmp_path / "whole"), SignalSender())
     model_dir = str(tmp_path / "run")
     with python_default_handlers():
-        before = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)]
+        handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        before = [signal.getsignal(s) for s in handled]
         with pytest.raises(TrainingStopped) as stopped:
             fit(model_dir, SignalSender([signum], at_step=3))
         # The handlers of before fit are back.
-        assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)] == before
+        assert [signal.getsignal(s) for s in handled] == before
     assert stopped.value.signal_name == signal.Signals(signum).name
     # Step 3 ran to its end and was backed up, although backups come every 2 steps.
     assert stopped.value.step == 3 and latest_backup_step(model_dir) == 3
@@ -199,6 +203,73 @@ def test_outside_the_main_thread_no_handler_is_set_and_a_warning_says_so(caplog)
 
 
 STOPPED_LINE = re.compile(r"efficientdet-train: stopped by (SIG\w+) after step (\d+)")
+
+
+def start_on_its_own_terminal(command):
+    """(process, the terminal's master fd): `command` in a session of its own whose controlling
+    terminal is a new pseudo-terminal, as a shell in a terminal window or an SSH session runs
+    it; closing the master is closing the window."""
+    import fcntl
+    import pty
+    import termios
+    master, slave = pty.openpty()
+
+    def take_the_terminal():
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    process = subprocess.Popen(command, stdin=slave, stdout=slave, stderr=slave,
+                               start_new_session=True, preexec_fn=take_the_terminal,
+                               env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    os.close(slave)
+    return process, master
+
+
+def read_terminal_until(master, process, pattern, timeout):
+    """What the terminal showed until `pattern` appeared (or the process ended, or the time
+    ran out)."""
+    import select
+    shown, deadline = "", time.monotonic() + timeout
+    while not pattern.search(shown) and time.monotonic() < deadline:
+        if select.select([master], [], [], 0.5)[0]:
+            try:
+                shown += os.read(master, 1 << 16).decode("utf-8", "replace")
+            except OSError:  # EIO: the process closed its end.
+                break
+        elif process.poll() is not None:
+            break
+    return shown
+
+
+def test_a_closed_terminal_stops_the_run_after_its_step_and_the_restart_resumes_there(tmp_path):
+    from benchmarks.kill_harness import FINISHED_STEP, RESUMED_STEP, TrainProcess
+    from efficientdet_keras.training.preemption import HANGUP_LOG
+    from test_resume import KILL_SEED, kill_run_command
+    model_dir = str(tmp_path / "run")
+    command = kill_run_command(model_dir)
+    process, master = start_on_its_own_terminal(command)
+    try:
+        shown = read_terminal_until(master, process, re.compile(r"Finished step 2\b"), 400)
+        assert "Finished step 2" in shown, shown[-3000:]
+        time.sleep(random.Random(KILL_SEED).uniform(0.0, 0.3))
+    finally:
+        os.close(master)  # The window closes: the kernel sends SIGHUP to the session.
+    assert process.wait(180) == RESUMABLE_EXIT_STATUS
+    with open(os.path.join(model_dir, HANGUP_LOG)) as f:
+        after = f.read()
+    stops = STOPPED_LINE.findall(after)
+    assert len(stops) == 1 and stops[0][0] == "SIGHUP", after[-3000:]
+    step = int(stops[0][1])
+    # The step it was on finished and was backed up (backups otherwise come every 2 steps),
+    # and nothing was lost between the last step the terminal showed and the stop.
+    finished = [int(n) for n in FINISHED_STEP.findall(shown + after)]
+    assert step == max(finished) >= 2 and latest_backup_step(model_dir) == step
+    restart = TrainProcess(command)
+    try:
+        assert restart.wait_for(RESUMED_STEP, 400), restart.output()
+        assert restart.resumed_step() == step
+    finally:
+        restart.process.kill()
+        restart.process.wait(60)
 
 
 @pytest.mark.slow

@@ -69,12 +69,12 @@ def read_yaml(path: str) -> Dict[str, Any]:
     Raises:
       ValueError naming the file when it cannot be parsed or holds no mapping.
     """
+    from efficientdet_keras.utils.yaml_files import load_yaml_file
     path = resolve_hparams_file(path)
-    with open(path) as f:
-        try:
-            data = yaml.safe_load(f)
-        except yaml.YAMLError as e:
-            raise ValueError("Cannot parse YAML file %s: %s" % (path, e)) from None
+    try:
+        data = load_yaml_file(path)
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ValueError("Cannot parse YAML file %s: %s" % (path, e)) from None
     if data is None:
         return {}
     if not isinstance(data, Mapping):

@@ -8,6 +8,9 @@ import tensorflow as tf
 
 from efficientdet_keras.data.health import DataHealth
 
+# Stated and decoded sizes of one shape within this fraction: a resized image.
+_SAME_SHAPE = 0.01
+
 
 def clean_annotations(raw: Dict[str, tf.Tensor], image: tf.Tensor, num_classes: int,
                       max_instances: int, health: DataHealth, strict: bool, name: tf.Tensor):
@@ -25,11 +28,25 @@ def clean_annotations(raw: Dict[str, tf.Tensor], image: tf.Tensor, num_classes: 
     fields = tf.stack([raw["height"], raw["width"]])
     size_differs = tf.logical_and(tf.reduce_all(fields > 0),
                                   tf.reduce_any(fields != tf.stack([height, width])))
+    # A stated size of the image's shape (the image resized after labelling) is the frame its
+    # pixel boxes are in; another shape says nothing of where they are.
+    stated = tf.cast(fields, tf.float32)
+    actual = tf.cast(tf.stack([height, width]), tf.float32)
+    resized = tf.logical_and(size_differs, tf.abs(stated[0] * actual[1] - stated[1] * actual[0])
+                             <= _SAME_SHAPE * stated[0] * actual[1])
+    swapped = tf.logical_and(size_differs, tf.reduce_all(fields == tf.stack([width, height])))
+    remedy = tf.where(resized, "; boxes read in the stated size's pixels (resized after "
+                               "labelling)",
+                      tf.where(swapped, "; width and height swapped: labelled as displayed under "
+                                        "its EXIF rotation? boxes read in the image's pixels, "
+                                        "which may misplace them",
+                               "; using the image's size"))
     health.note("size_mismatches", name, tf.strings.join(
         ["image/height, image/width say ", tf.strings.as_string(raw["height"]), "x",
          tf.strings.as_string(raw["width"]), ", the image is ", tf.strings.as_string(height), "x",
-         tf.strings.as_string(width), "; using the image's size"]),
+         tf.strings.as_string(width), remedy]),
         tf.cast(size_differs, tf.int64))
+    frame = tf.where(resized, stated, actual)
 
     boxes = tf.cast(raw["boxes"], tf.float32)
     classes = tf.cast(raw["classes"], tf.int64)
@@ -38,7 +55,7 @@ def clean_annotations(raw: Dict[str, tf.Tensor], image: tf.Tensor, num_classes: 
                        lambda: tf.zeros([num], tf.bool))
     area = tf.cond(tf.size(raw["area"]) > 0, lambda: tf.cast(raw["area"], tf.float32),
                    lambda: tf.zeros([num], tf.float32))
-    scale = tf.cast(tf.stack([height, width, height, width]), tf.float32)
+    scale = tf.stack([frame[0], frame[1], frame[0], frame[1]])
     boxes = tf.cond(raw["boxes_normalized"], lambda: boxes, lambda: boxes / scale)
     objects = (boxes, classes, is_crowd, area, tf.range(num, dtype=tf.int32))
 

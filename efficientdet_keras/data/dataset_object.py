@@ -102,7 +102,9 @@ class Dataset:
         return None if records is None else records_to_coco(records, self.classes.names)
 
     def describe(self, names: Optional[Sequence[str]] = None) -> str:
-        """A few lines: the format, the images and boxes of each split, the classes."""
+        """A few lines: the format, the images and boxes of each split, the classes, and a
+        warning for each mistake `data.label_checks` finds (an image in two splits, a class in
+        one split only, class names given twice or differing only in case, repeated boxes)."""
         lines = ["Data: %s, %s" % (self.path, FORMAT_NAMES[self.format])]
         for name in names or list(self.splits):
             split = self.split(name)
@@ -125,6 +127,11 @@ class Dataset:
             lines.append("  left out the root category %r (no boxes; the others' supercategory)"
                          % self.classes.dropped)
         lines.extend("  " + note for note in self.notes)
+        from efficientdet_keras.data.label_checks import dataset_warnings
+        read = {name: self.split(name).records for name in names or list(self.splits)}
+        lines.extend("  warning: " + line for line in dataset_warnings(
+            self.classes.names, {name: records for name, records in read.items()
+                                 if records is not None}))
         if self.skipped:
             lines.append("  skipped %s" % ", ".join("%d x %s" % (n, kind) for kind, n
                                                     in sorted(self.skipped.items())))

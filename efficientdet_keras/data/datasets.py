@@ -181,11 +181,11 @@ def _yolo_yaml(folder: str) -> Optional[str]:
     if os.path.isfile(os.path.join(folder, "data.yaml")):
         return os.path.join(folder, "data.yaml")
     import yaml
+    from efficientdet_keras.utils.yaml_files import load_yaml_file
     for candidate in sorted(glob.glob(os.path.join(glob.escape(folder), "*.y*ml"))):
         try:
-            with open(candidate) as f:
-                content = yaml.safe_load(f)
-        except (OSError, yaml.YAMLError):
+            content = load_yaml_file(candidate)
+        except (OSError, yaml.YAMLError, UnicodeDecodeError):
             continue
         if isinstance(content, dict) and "names" in content:
             return candidate

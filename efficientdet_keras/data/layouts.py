@@ -52,7 +52,8 @@ def coco_dataset(path: str, splits: Dict[str, tuple], data_format: str = "coco")
             if json_file != first_file:
                 _check_same_categories(json_file, data, first_file, first)
             folder = image_dir or find_image_dir(json_file, data)
-            records = load_coco_records(json_file, folder, skipped)
+            records = load_coco_records(json_file, folder, skipped,
+                                        set(classes.data_ids.values()))
             return RecordsSource([with_class_ids(r, shift) for r in records])
         return load
 
@@ -74,8 +75,8 @@ def _check_same_categories(json_file: str, data: dict, first_file: str, first: d
 
 def find_image_dir(json_file: str, data: dict) -> str:
     """The folder the images of a COCO JSON are in: beside it, in images/, or in a folder
-    named after the file (annotations/instances_val2017.json -> val2017/), found by the
-    first image's file_name.
+    named after the file (annotations/instances_val2017.json -> val2017/): the one that holds
+    most of the first images' files.
 
     Raises:
       ValueError naming the file and the folders looked in.
@@ -91,9 +92,11 @@ def find_image_dir(json_file: str, data: dict) -> str:
              if isinstance(im, dict) and isinstance(im.get("file_name"), str)]
     if not names:
         return here
-    for folder in candidates:
-        if any(os.path.isfile(os.path.join(folder, name)) for name in names):
-            return folder
+    from efficientdet_keras.data.formats.coco_records import image_path
+    found = [sum(os.path.isfile(image_path(folder, name)) for name in names)
+             for folder in candidates]
+    if max(found):  # The folder that holds most of them (the first of equals).
+        return candidates[found.index(max(found))]
     raise ValueError("%s: cannot find its images (such as %s) in %s"
                      % (json_file, names[0], ", ".join(sorted(set(candidates)))))
 
@@ -111,7 +114,8 @@ def yolo_dataset(yaml_file: str, layout=None) -> Dataset:
 
     def loader(image_paths):
         def load():
-            records = load_yolo_records(image_paths, len(layout.names), skipped)
+            records = load_yolo_records(image_paths, len(layout.names), skipped,
+                                        keypoint_fields=layout.keypoint_fields)
             return RecordsSource(records)
         return load
 

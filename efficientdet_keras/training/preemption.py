@@ -1,8 +1,9 @@
-"""Stopping on SIGTERM or Ctrl-C without losing a step.
+"""Stopping on SIGTERM, Ctrl-C or a closed terminal without losing a step.
 
 Preemptible VMs, Kubernetes, Slurm and TPU maintenance send SIGTERM and allow a grace
-period before SIGKILL; people stop runs with Ctrl-C (SIGINT). While `fit` runs, StopOnSignal
-(a Keras callback, right after StepBackup in get_callbacks) catches both:
+period before SIGKILL; people stop runs with Ctrl-C (SIGINT); a terminal or SSH session that
+closes sends SIGHUP to the run in its foreground. While `fit` runs, StopOnSignal (a Keras
+callback, right after StepBackup in get_callbacks) catches all three:
 
 - during a step: the step finishes, StepBackup backs it up, and fit raises TrainingStopped;
   run again, the run resumes at the next step;
@@ -21,6 +22,10 @@ period before SIGKILL; people stop runs with Ctrl-C (SIGINT). While `fit` runs, 
   own the moment the second Ctrl-C arrives (Python's wakeup fd), even while the main thread
   is inside TensorFlow, and ends the process there.
 
+After a SIGHUP the terminal is gone and writing to it fails (EIO), which would end fit in the
+progress bar before the step's backup: the standard output and error that were a terminal go
+to a file in the run's folder instead (HANGUP_LOG), the stop line included.
+
 Under MultiWorkerMirroredStrategy the workers agree after every step (one small all-reduce):
 a signal to any worker makes all of them back up the same step (the chief writes) and stop.
 
@@ -30,8 +35,9 @@ a signal to any worker makes all of them back up the same step (the chief writes
 import os
 import select
 import signal
+import sys
 import threading
-from typing import Callable, Dict, Optional, Set
+from typing import Callable, Dict, List, Optional, Set
 
 import tensorflow as tf
 import tf_keras as keras
@@ -43,15 +49,19 @@ from efficientdet_keras.training.backup import StepBackup
 # TensorFlow's PreemptionCheckpointHandler uses it for the same meaning, and a shell reports
 # it for a process ended by SIGTERM, which is also resumable (from the last backup).
 RESUMABLE_EXIT_STATUS = 143
-# The signals that ask a run to stop: preemption notices and Ctrl-C.
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# The signals that ask a run to stop: preemption notices, Ctrl-C and a closed terminal
+# (SIGHUP, which Windows does not have).
+STOP_SIGNALS = tuple(s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None))
+                     if s is not None)
+# Where a run's terminal output goes once its terminal has closed, in the run's folder.
+HANGUP_LOG = "output_after_hangup.log"
 
 
 class TrainingStopped(Exception):
     """fit stopped on a signal after backing up its last finished step.
 
     Attributes:
-      signal_name: "SIGTERM" or "SIGINT".
+      signal_name: "SIGTERM", "SIGINT" or "SIGHUP".
       step: the optimizer step backed up; the restart begins after it.
       backup_dir: the backup folder the restart resumes from.
     """
@@ -63,7 +73,7 @@ class TrainingStopped(Exception):
 
 
 class StopSignals:
-    """Catches SIGTERM and SIGINT while installed and remembers the first one.
+    """Catches SIGTERM, SIGINT and SIGHUP while installed and remembers the first one.
 
     The first signal of a kind puts back the handler that was there before, so the second
     one acts as it would without this class (a second SIGTERM ends the process at once).
@@ -75,6 +85,8 @@ class StopSignals:
       on_second_interrupt: called, instead of raising KeyboardInterrupt, when a second Ctrl-C
         comes; from a watcher thread, at once, wherever the main thread is. It must end the
         process (os._exit). None: KeyboardInterrupt, for code that shares its process.
+      hangup_log: the file the standard output and error that are a terminal go to after a
+        SIGHUP (appended to); None: os.devnull.
 
     Attributes:
       received: the name of the first signal caught ("SIGTERM", "SIGINT"), or None.
@@ -82,7 +94,10 @@ class StopSignals:
         the one before: the run must end with KeyboardInterrupt (see raise_if_interrupted).
     """
 
-    def __init__(self, on_second_interrupt: Optional[Callable[[], None]] = None):
+    def __init__(self, on_second_interrupt: Optional[Callable[[], None]] = None,
+                 hangup_log: Optional[str] = None):
+        self.hangup_log = hangup_log
+        self._terminal_fds: List[int] = []
         self.received: Optional[str] = None
         self.interrupted = False
         self.on_second_interrupt = on_second_interrupt
@@ -97,6 +112,8 @@ class StopSignals:
             logging.warning("fit runs outside the main thread: SIGTERM and Ctrl-C are not "
                             "caught, and a stop loses the steps since the last backup")
             return
+        # Known now: once the terminal has hung up, isatty() says no.
+        self._terminal_fds = [fd for fd in (1, 2) if _is_terminal(fd)]
         for signum in STOP_SIGNALS:
             if signum not in self._previous:
                 self._previous[signum] = signal.signal(signum, self._on_signal)
@@ -121,6 +138,8 @@ class StopSignals:
 
     def _on_signal(self, signum, frame) -> None:
         name = signal.Signals(signum).name
+        if name == "SIGHUP":
+            self._leave_the_closed_terminal()
         if signum in self._caught:  # A second Ctrl-C: KeyboardInterrupt, remembered.
             if self.on_second_interrupt is not None:  # The watcher may not have run yet.
                 self.on_second_interrupt()
@@ -136,6 +155,33 @@ class StopSignals:
             self._restore(signum)
         logging.warning("%s received: finishing the current step and backing it up, then "
                         "stopping (send it again to stop at once)", name)
+
+
+    def _leave_the_closed_terminal(self) -> None:
+        """Points the standard output and error that were the terminal at hangup_log."""
+        if not self._terminal_fds:
+            return
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass  # What the closed terminal could not take is lost anyway.
+        try:
+            target = os.open(self.hangup_log or os.devnull,
+                             os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError:
+            target = os.open(os.devnull, os.O_WRONLY)
+        for fd in self._terminal_fds:
+            os.dup2(target, fd)
+        os.close(target)
+        self._terminal_fds = []
+
+
+def _is_terminal(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
 
 
 class _SecondInterruptWatcher:
@@ -183,7 +229,8 @@ def any_worker(flag: bool, strategy: tf.distribute.Strategy) -> bool:
 
 
 class StopOnSignal(keras.callbacks.Callback):
-    """Ends fit with TrainingStopped after a SIGTERM or SIGINT, its last step backed up.
+    """Ends fit with TrainingStopped after a SIGTERM, SIGINT or SIGHUP, its last step backed
+    up.
 
     Put it after `backup` in the callback list (get_callbacks does): at a step's end the
     step backup has run, and at an epoch's end so has the epoch's evaluation, checkpoint
@@ -200,7 +247,8 @@ class StopOnSignal(keras.callbacks.Callback):
         super().__init__()
         self._supports_tf_logs = True  # It reads no logs: Keras need not copy them to the host.
         self.backup = backup
-        self.signals = StopSignals(on_second_interrupt)
+        self.signals = StopSignals(on_second_interrupt, os.path.join(
+            os.path.dirname(os.path.abspath(backup.backup_dir)), HANGUP_LOG))
 
     def on_train_begin(self, logs=None):
         self.signals.install()

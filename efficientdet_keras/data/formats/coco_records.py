@@ -13,7 +13,8 @@ from efficientdet_keras.data.formats.records import ImageRecord, empty_annotatio
 
 
 def load_coco_records(annotation_file: str, image_dir: str,
-                      skipped: Optional[collections.Counter] = None) -> List[ImageRecord]:
+                      skipped: Optional[collections.Counter] = None,
+                      category_ids: Optional[Set[int]] = None) -> List[ImageRecord]:
     """Reads a COCO instances JSON into ImageRecords (images without annotations included).
 
     COCO boxes [x, y, w, h] become [ymin, xmin, ymax, xmax]. Category ids are
@@ -27,21 +28,29 @@ def load_coco_records(annotation_file: str, image_dir: str,
     or file name: an image entry without id, file_name or a positive height and
     width; an image id that appears twice (every entry with it: their annotations
     cannot be told apart); an image file missing from `image_dir`; an annotation
-    without a valid bbox or category_id, or for an image id the file does not list.
-    (The evaluator's ground truth stays strict: `data.formats.coco_json.read_coco_json`.)
+    without a valid bbox or category_id, with a category_id `category_ids` lacks, or for an
+    image id the file does not list. A file_name with Windows separators (sub\\a.jpg) is read
+    as a path. (The evaluator's ground truth stays strict:
+    `data.formats.coco_json.read_coco_json`.)
 
     Args:
       skipped: a Counter that gains the number of skipped entries per kind.
+      category_ids: the ids the file's categories list (None: any id is taken).
 
     Raises:
-      FileNotFoundError naming the file; ValueError for malformed JSON, or when the
-      file lists images but none of them can be used (naming `image_dir` when their
-      files are missing).
+      FileNotFoundError naming the file; ValueError for malformed JSON, when the file lists
+      images but none of them can be used (naming `image_dir` when their files are missing),
+      or when its boxes are corners [x1, y1, x2, y2] rather than COCO's [x, y, w, h].
     """
     data = parse_coco_file(annotation_file)
     problems = _SkippedEntries(annotation_file)
     images, listed = _usable_images(data["images"], image_dir, problems)
-    annotations = _annotations_by_image(data["annotations"], images, listed, problems)
+    annotations = _annotations_by_image(data["annotations"], images, listed, problems,
+                                        category_ids)
+    _refuse_corner_boxes(annotation_file, images, annotations)
+    if data["images"] and not data["annotations"]:
+        logging.warning("%s lists %d images and no annotations: each is read as an image "
+                        "without objects", annotation_file, len(data["images"]))
     problems.log_summary(len(data["images"]), len(data["annotations"]))
     if skipped is not None:
         skipped.update(problems.counts)
@@ -102,7 +111,7 @@ def _usable_images(images: list, image_dir: str,
     local = "://" not in image_dir  # Remote folders are not listed file by file.
     usable = {}
     for number, image in by_number.items():
-        path = os.path.join(image_dir, image["file_name"])
+        path = image_path(image_dir, image["file_name"])
         if local and not os.path.isfile(path):
             problems.skip(_MISSING_FILE, "image id %r (%s)" % (image["id"], path))
             continue
@@ -131,8 +140,41 @@ def _image_number(image, problems: _SkippedEntries) -> Optional[int]:
         return None
 
 
+def image_path(image_dir: str, file_name) -> str:
+    """An image entry's file, its name's Windows separators read as separators."""
+    return os.path.join(image_dir, str(file_name).replace("\\", "/"))
+
+
+# Corner boxes are said to be what a file holds when at least this share of its boxes reach
+# past their image as [x, y, w, h] and every one of those fits as [x1, y1, x2, y2].
+_CORNER_SHARE = 0.5
+_PIXEL_SLACK = 1.0
+
+
+def _refuse_corner_boxes(annotation_file: str, images: Dict[int, dict],
+                         annotations: Dict[int, list]) -> None:
+    """Raises ValueError when the file's boxes are [x1, y1, x2, y2] corners: clipping each to
+    its image, one warning per box, would train on wrong boxes."""
+    overflowing = fit_as_corners = total = 0
+    for number, entries in annotations.items():
+        height, width = _number(images[number]["height"]), _number(images[number]["width"])
+        for (x, y, w, h), _, _ in entries:
+            total += 1
+            if x + w <= width + _PIXEL_SLACK and y + h <= height + _PIXEL_SLACK:
+                continue
+            overflowing += 1
+            if x < w <= width + _PIXEL_SLACK and y < h <= height + _PIXEL_SLACK:
+                fit_as_corners += 1
+    if total and overflowing >= _CORNER_SHARE * total and fit_as_corners == overflowing:
+        raise ValueError("%s: %d of its %d boxes reach past their image as COCO's [x, y, width, "
+                         "height] and every one of them fits as corners [x1, y1, x2, y2]: the "
+                         "file holds corner boxes; write bbox as [x1, y1, x2 - x1, y2 - y1]"
+                         % (annotation_file, overflowing, total))
+
+
 def _annotations_by_image(annotations: list, images: Dict[int, dict], listed: Set[int],
-                          problems: _SkippedEntries) -> Dict[int, list]:
+                          problems: _SkippedEntries,
+                          category_ids: Optional[Set[int]] = None) -> Dict[int, list]:
     """{int64 image id: [(bbox [x, y, w, h] floats, category id, annotation)]} of the valid
     annotations of usable images (those of skipped images are dropped quietly)."""
     by_image: Dict[int, list] = {}
@@ -157,6 +199,9 @@ def _annotations_by_image(annotations: list, images: Dict[int, dict], listed: Se
         category = _number(ann.get("category_id"))
         if category is None or category != int(category):
             problems.skip("annotation without a valid category_id", name)
+            continue
+        if category_ids is not None and int(category) not in category_ids:
+            problems.skip("category_id %d is not among the file's categories" % category, name)
             continue
         by_image.setdefault(number, []).append((bbox, int(category), ann))
     return by_image
@@ -186,6 +231,6 @@ def _coco_record(image: dict, annotations: list, image_dir: str) -> ImageRecord:
                          for (_, _, w, h), (_, _, a) in zip(xywh, annotations)], np.float32)
     else:
         boxes, classes, is_crowd, area = empty_annotations()
-    return ImageRecord(json_image_id(image["id"]), os.path.join(image_dir, image["file_name"]),
+    return ImageRecord(json_image_id(image["id"]), image_path(image_dir, image["file_name"]),
                        height, width, boxes, classes, is_crowd, area,
                        segmentation=[a.get("segmentation") for _, _, a in annotations])

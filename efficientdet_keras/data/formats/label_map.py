@@ -26,10 +26,10 @@ def read_label_map_file(path: str) -> Dict[int, str]:
             raise ValueError("label map %s holds no `item { id: ... name: ... }` entries" % path)
         return items
     import yaml
+    from efficientdet_keras.utils.yaml_files import load_yaml_file
     try:
-        with open(path) as f:
-            data = yaml.safe_load(f)  # YAML is a superset of JSON.
-    except (OSError, yaml.YAMLError) as e:
+        data = load_yaml_file(path)  # YAML is a superset of JSON.
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as e:
         # YAML errors span several lines; the tools report errors on one.
         raise ValueError("cannot read label map %s: %s" % (path, " ".join(str(e).split()))) \
             from None

@@ -66,10 +66,21 @@ def load_voc_pairs(pairs: Sequence[Tuple[str, str]],
 
 
 def voc_split_pairs(voc_root: str, split: str) -> List[Tuple[str, str]]:
-    """(annotation XML, image) of each id of a VOCdevkit split file."""
-    return [(os.path.join(voc_root, "Annotations", name + ".xml"),
-             os.path.join(voc_root, "JPEGImages", name + ".jpg"))
-            for name in voc_split_ids(voc_root, split)]
+    """(annotation XML, image) of each id of a VOCdevkit split file: JPEGImages/<id>.jpg, else
+    the image of that id with another extension (PNGs in JPEGImages/ too). An id written with
+    its image's extension (a.jpg) is the id without it."""
+    images = os.path.join(voc_root, "JPEGImages")
+    pairs = []
+    for name in voc_split_ids(voc_root, split):
+        stem, extension = os.path.splitext(name)
+        if extension in VOC_IMAGE_EXTENSIONS:
+            name = stem
+        image = os.path.join(images, name + ".jpg")
+        if not os.path.isfile(image):
+            image = next((os.path.join(images, name + ext) for ext in VOC_IMAGE_EXTENSIONS
+                          if os.path.isfile(os.path.join(images, name + ext))), image)
+        pairs.append((os.path.join(voc_root, "Annotations", name + ".xml"), image))
+    return pairs
 
 
 def voc_folder_pairs(folder: str) -> List[Tuple[str, str]]:

@@ -66,7 +66,7 @@ def orphan_label_files(image_paths: Sequence[str]) -> List[str]:
 
 def load_yolo_records(image_paths: Sequence[str], num_classes: int,
                       skipped: Optional[collections.Counter] = None,
-                      start_id: int = 1) -> List[ImageRecord]:
+                      start_id: int = 1, keypoint_fields: int = 0) -> List[ImageRecord]:
     """Reads images and their YOLO label files into ImageRecords.
 
     Boxes become [ymin, xmin, ymax, xmax] in pixels, class c becomes c + 1 (ids 1..num_classes),
@@ -94,6 +94,8 @@ def load_yolo_records(image_paths: Sequence[str], num_classes: int,
       num_classes: the number of YOLO class ids (len(names)).
       skipped: a Counter that gains the number of skipped entries per kind.
       start_id: the image id of the first image.
+      keypoint_fields: for a pose dataset (data.yaml's kpt_shape [K, dims]), K * dims: each
+        line is `class cx cy w h` and that many keypoint values, and its box is read.
     """
     problems = _Problems()
     records, lines, labelled = [], 0, 0
@@ -113,7 +115,7 @@ def load_yolo_records(image_paths: Sequence[str], num_classes: int,
                 problems.skip(_BAD_LABEL_FILE, label_path, "skipping it and its image %s (%s)"
                               % (image_path, e))
                 continue
-            objects = _objects(text, label_path, num_classes, problems)
+            objects = _objects(text, label_path, num_classes, problems, keypoint_fields)
             lines += len(text.splitlines())
         records.append(_record(start_id + index, image_path, size, objects))
     for label_path, image_folder in _orphans(image_paths):
@@ -190,9 +192,10 @@ def _stored_size_and_orientation(image_path: str,
     return height, width, orientation if orientation in range(1, 9) else 1
 
 
-def _objects(text: str, label_path: str, num_classes: int,
-             problems: _Problems) -> List[Tuple[int, np.ndarray]]:
-    """(class id 0..num_classes-1, [x1, y1, x2, y2] normalised) of each good line."""
+def _objects(text: str, label_path: str, num_classes: int, problems: _Problems,
+             keypoint_fields: int = 0) -> List[Tuple[int, np.ndarray]]:
+    """(class id 0..num_classes-1, [x1, y1, x2, y2] normalised) of each good line; a pose
+    line's keypoint values (keypoint_fields of them) are left out."""
     objects = []
     for number, line in enumerate(text.splitlines(), start=1):
         fields = line.split()
@@ -203,6 +206,12 @@ def _objects(text: str, label_path: str, num_classes: int,
         def skip(kind, detail):
             problems.skip(kind, where, "skipping %r (%s)" % (line.strip()[:80], detail))
 
+        if keypoint_fields:
+            if len(fields) != 5 + keypoint_fields:
+                skip(_WRONG_FIELDS, "%d fields; a pose label is `class cx cy w h` and %d "
+                     "keypoint values (kpt_shape)" % (len(fields), keypoint_fields))
+                continue
+            fields = fields[:5]
         polygon = len(fields) >= 7 and len(fields) % 2 == 1
         if len(fields) != 5 and not polygon:
             skip(_WRONG_FIELDS, "%d fields; expected `class cx cy w h` or a polygon "

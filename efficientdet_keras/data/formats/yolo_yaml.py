@@ -27,11 +27,14 @@ class YoloDataset:
 
     splits: {"train": [image paths], "val": [...], "test": [...]}, the splits the file names.
     names: the class names, indexed by YOLO class id (0-based); model class id = index + 1.
+    keypoint_fields: the values after a pose label's box (K * 2 or K * 3 of `kpt_shape`);
+      0 for detection labels.
     """
     yaml_path: str
     root: str
     splits: Dict[str, List[str]]
     names: List[str]
+    keypoint_fields: int = 0
 
 
 def read_yolo_yaml(path: str) -> YoloDataset:
@@ -54,9 +57,9 @@ def read_yolo_yaml(path: str) -> YoloDataset:
     import yaml  # Only this reader needs it; importing the data package stays light.
     if not os.path.isfile(path):
         raise FileNotFoundError("YOLO data.yaml not found: %s" % path)
+    from efficientdet_keras.utils.yaml_files import load_yaml_file
     try:
-        with open(path, encoding="utf-8-sig") as f:
-            data = yaml.safe_load(f)
+        data = load_yaml_file(path)
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise ValueError("%s is not valid YAML: %s" % (path, e)) from None
     if not isinstance(data, dict):
@@ -79,7 +82,24 @@ def read_yolo_yaml(path: str) -> YoloDataset:
                 raise
             # Exports write a test line even when they hold no test images; it is not needed.
             logging.warning("%s; reading the dataset without its test split", e)
-    return YoloDataset(path, root, splits, names)
+    return YoloDataset(path, root, splits, names, _keypoint_fields(path, data))
+
+
+def _keypoint_fields(yaml_path: str, data: dict) -> int:
+    """K * dims of an Ultralytics pose dataset's `kpt_shape: [K, dims]` (dims 2: x y, 3: x y
+    visibility); 0 without one.
+
+    Raises:
+      ValueError naming the file for a kpt_shape that is not [K, 2] or [K, 3].
+    """
+    shape = data.get("kpt_shape")
+    if shape is None:
+        return 0
+    if not (isinstance(shape, (list, tuple)) and len(shape) == 2 and
+            all(isinstance(v, int) and not isinstance(v, bool) for v in shape) and
+            shape[0] > 0 and shape[1] in (2, 3)):
+        raise ValueError("%s: kpt_shape is [keypoints, 2 or 3], not %r" % (yaml_path, shape))
+    return shape[0] * shape[1]
 
 
 def _split_keys(yaml_path: str, data: dict) -> Dict[str, tuple]:
@@ -183,8 +203,13 @@ def _images_of(yaml_path: str, root: str, key: str, source: str) -> List[str]:
 
 
 def images_in(folder: str) -> List[str]:
-    found = []
-    for parent, _, files in os.walk(folder):
+    """The images below a folder, sorted; symlinked folders are followed (once each, so that a
+    link to a folder above ends)."""
+    found, seen = [], set()
+    for parent, folders, files in os.walk(folder, followlinks=True):
+        seen.add(os.path.realpath(parent))
+        folders[:] = [f for f in folders
+                      if os.path.realpath(os.path.join(parent, f)) not in seen]
         found.extend(os.path.join(parent, name) for name in files
                      if name.lower().endswith(IMAGE_EXTENSIONS))
     return sorted(found)

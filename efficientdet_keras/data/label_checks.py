@@ -1,0 +1,117 @@
+"""Mistakes in a dataset that reading cannot see one record at a time: the same image in two
+splits (an evaluation that measures memory, not learning), classes that only one split has,
+class names that differ only in case or spacing or appear twice, and boxes given twice.
+
+    for line in dataset_warnings(classes.names, {"train": records, "val": val_records}):
+        print("  warning:", line)
+"""
+
+import collections
+import hashlib
+import os
+from typing import Dict, List, Sequence
+
+import numpy as np
+
+from efficientdet_keras.data.formats.records import ImageRecord
+
+# Shared images named in a warning; the count says how many more there are.
+_NAMED = 3
+
+
+def dataset_warnings(names: Dict[int, str], splits: Dict[str, Sequence[ImageRecord]]
+                     ) -> List[str]:
+    """One line per mistake found among the classes ({model id: name}) and the splits'
+    records ({split: records}, two splits or more for the checks across splits)."""
+    return (_name_warnings(names) + _shared_image_warnings(splits) +
+            _one_split_class_warnings(names, splits) + _duplicate_box_warnings(splits))
+
+
+def _name_warnings(names: Dict[int, str]) -> List[str]:
+    by_key = collections.defaultdict(list)
+    for class_id in sorted(names):
+        by_key[" ".join(str(names[class_id]).split()).lower()].append(class_id)
+    warnings = []
+    for ids in by_key.values():
+        spelled = [names[k] for k in ids]
+        if len(ids) < 2:
+            continue
+        if len(set(spelled)) == 1:
+            warnings.append("class name %r is given to ids %s: their boxes are one class to a "
+                            "reader, two to the model" % (spelled[0], ", ".join(map(str, ids))))
+        else:
+            warnings.append("class names %s differ only in case or spacing (ids %s): one class "
+                            "labelled two ways?" % (", ".join(repr(n) for n in spelled),
+                                                     ", ".join(map(str, ids))))
+    return warnings
+
+
+def _shared_image_warnings(splits: Dict[str, Sequence[ImageRecord]]) -> List[str]:
+    """Images in two splits: the same file, or files with the same bytes (compared only where
+    sizes match, so that a large dataset is not read whole)."""
+    by_size = collections.defaultdict(set)
+    for split, records in splits.items():
+        for record in records:
+            try:
+                by_size[os.path.getsize(record.path)].add((split, os.path.realpath(record.path)))
+            except OSError:
+                continue  # A missing image is the pipeline's to name.
+    shared = collections.defaultdict(list)
+    for entries in by_size.values():
+        if len({split for split, _ in entries}) < 2:
+            continue
+        by_content = collections.defaultdict(set)
+        for split, path in entries:
+            by_content[_file_hash(path)].add((split, path))
+        for group in by_content.values():
+            splits_of_group = sorted({split for split, _ in group})
+            if len(splits_of_group) > 1:
+                shared[tuple(splits_of_group)].append(sorted(path for _, path in group)[0])
+    return ["%d images are in %s (the same file or the same bytes), such as %s: evaluation "
+            "then scores images the model trained on" % (
+                len(paths), " and ".join(key), ", ".join(os.path.basename(p)
+                                                        for p in sorted(paths)[:_NAMED]))
+            for key, paths in sorted(shared.items())]
+
+
+def _file_hash(path: str) -> str:
+    digest = hashlib.sha1()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _one_split_class_warnings(names: Dict[int, str],
+                              splits: Dict[str, Sequence[ImageRecord]]) -> List[str]:
+    if len(splits) < 2:
+        return []
+    present = {split: {int(c) for r in records for c in r.classes}
+               for split, records in splits.items()}
+    warnings = []
+    for class_id in sorted(names):
+        having = [split for split in splits if class_id in present[split]]
+        if having and len(having) < len(splits):
+            lacking = [split for split in splits if split not in having]
+            warnings.append("class %r has boxes in %s but none in %s" % (
+                names[class_id], " and ".join(having), " and ".join(lacking)))
+    return warnings
+
+
+def _duplicate_box_warnings(splits: Dict[str, Sequence[ImageRecord]]) -> List[str]:
+    warnings = []
+    for split, records in splits.items():
+        twice, images = 0, 0
+        for record in records:
+            if len(record.classes) < 2:
+                continue
+            rows = np.concatenate([np.round(np.asarray(record.boxes, np.float64), 3),
+                                   np.asarray(record.classes, np.float64)[:, None]], axis=1)
+            extra = len(rows) - len(np.unique(rows, axis=0))
+            if extra:
+                twice, images = twice + extra, images + 1
+        if twice:
+            warnings.append("%s: %d boxes repeat another box of the same class in the same "
+                            "image (%d images); a duplicated label line or annotation?"
+                            % (split, twice, images))
+    return warnings

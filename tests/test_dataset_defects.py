@@ -1,0 +1,212 @@
+"""Defects real dataset folders have, each made in a temporary folder: read as the tool that
+wrote the data meant, or one line naming the file and the defect, never a run on wrong boxes."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import dataset_layouts
+from dataset_layouts import boxes_by_file, expected_boxes
+from efficientdet_keras.data.datasets import open_dataset
+
+pytestmark = pytest.mark.quick
+
+
+def rewrite_json(path, change):
+    with open(path) as f:
+        data = json.load(f)
+    change(data)
+    with open(path, "w") as f:
+        json.dump(data, f)
+
+
+def test_coco_file_names_with_windows_separators_are_paths(tmp_path):
+    truth = dataset_layouts.write_coco_folder(str(tmp_path))
+    os.makedirs(tmp_path / "val" / "sub")
+    for name in truth["val"]:
+        os.rename(tmp_path / "val" / name, tmp_path / "val" / "sub" / name)
+
+    def windows_names(data):
+        for image in data["images"]:
+            image["file_name"] = "sub\\" + image["file_name"]
+    rewrite_json(tmp_path / "annotations" / "instances_val.json", windows_names)
+    dataset = open_dataset(str(tmp_path))
+    assert boxes_by_file(dataset, "val") == expected_boxes(truth["val"])
+    assert all(os.path.isfile(r.path) for r in dataset.split("val").records)
+
+
+def test_coco_corner_boxes_are_refused_in_one_line_for_the_file(tmp_path):
+    dataset_layouts.write_coco_folder(str(tmp_path))
+
+    def corners(data):  # Boxes across the 64x48 images, written as corners.
+        for index, annotation in enumerate(data["annotations"]):
+            x, y, w, h = 20 + index, 10 + index, 30, 25
+            annotation["bbox"] = [x, y, x + w, y + h]
+    rewrite_json(tmp_path / "annotations" / "instances_train.json", corners)
+    with pytest.raises(ValueError) as refused:
+        open_dataset(str(tmp_path)).split("train").records
+    message = str(refused.value)
+    assert "instances_train.json: 8 of its 8 boxes reach past their image" in message
+    assert "corners [x1, y1, x2, y2]" in message and "\n" not in message
+
+
+def test_a_category_id_the_categories_lack_is_skipped_and_said(tmp_path, caplog):
+    truth = dataset_layouts.write_coco_folder(str(tmp_path))
+
+    def gap(data):
+        data["annotations"][0]["category_id"] = 7
+    rewrite_json(tmp_path / "annotations" / "instances_val.json", gap)
+    dataset = open_dataset(str(tmp_path))
+    assert dataset.classes.names == {1: "widget", 2: "gadget"}  # No class appears.
+    read = boxes_by_file(dataset, "val")
+    assert read["img00.jpg"] == [] and read["img01.jpg"] == expected_boxes(truth["val"])[
+        "img01.jpg"]
+    assert "category_id 7 is not among the file's categories" in caplog.text
+
+
+def test_voc_pngs_in_jpegimages_and_ids_with_their_extension(tmp_path):
+    truth = dataset_layouts.write_voc(str(tmp_path))
+    images = tmp_path / "JPEGImages"
+    for name in os.listdir(images):
+        if name.startswith("train_"):
+            Image.open(images / name).save(images / name.replace(".jpg", ".png"))
+            os.remove(images / name)
+    val_list = tmp_path / "ImageSets" / "Main" / "val.txt"
+    val_list.write_text("".join(line + ".jpg\n" for line in val_list.read_text().split()))
+    dataset = open_dataset(str(tmp_path))
+    read = boxes_by_file(dataset, "train")
+    assert read == {name.replace(".jpg", ".png"): boxes
+                    for name, boxes in expected_boxes(truth["train"]).items()}
+    assert boxes_by_file(dataset, "val") == expected_boxes(truth["val"])
+
+
+ALIAS_BOMB = """\
+a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]
+b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]
+c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]
+d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]
+e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]
+f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]
+g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]
+names: *g
+train: images/train
+val: images/val
+"""
+
+
+def test_a_yaml_alias_bomb_in_data_yaml_is_one_line(tmp_path):
+    dataset_layouts.write_yolo(str(tmp_path))
+    (tmp_path / "data.yaml").write_text(ALIAS_BOMB)
+    with pytest.raises(ValueError) as refused:
+        open_dataset(str(tmp_path))
+    message = str(refused.value)
+    assert "data.yaml: its aliases expand it to more than" in message and "\n" not in message
+
+
+def test_yaml_limits_leave_ordinary_aliases_and_refuse_a_self_reference(tmp_path):
+    from efficientdet_keras.utils.yaml_files import YamlOutOfBounds, load_yaml_file
+    ordinary = tmp_path / "hparams.yaml"
+    ordinary.write_text("base: &base {learning_rate: 0.01, jitter_min: 0.5}\n"
+                        "other: *base\nnames: [a, b]\n")
+    assert load_yaml_file(str(ordinary)) == {
+        "base": {"learning_rate": 0.01, "jitter_min": 0.5},
+        "other": {"learning_rate": 0.01, "jitter_min": 0.5}, "names": ["a", "b"]}
+    looped = tmp_path / "looped.yaml"
+    looped.write_text("names: &n [a, *n]\n")
+    with pytest.raises(YamlOutOfBounds, match="looped.yaml: an alias refers to a node"):
+        load_yaml_file(str(looped))
+    np.testing.assert_equal(load_yaml_file(str(tmp_path / "hparams.yaml"))["names"], ["a", "b"])
+
+
+def test_describe_warns_of_leaks_and_label_set_mistakes(tmp_path):
+    import shutil
+    truth = dataset_layouts.write_coco_folder(str(tmp_path), train=8, val=4)
+    # The same image in both splits: a copy under another name, and the same file listed.
+    shutil.copy(tmp_path / "train" / "img05.jpg", tmp_path / "val" / "copy.jpg")
+
+    def val_changes(data):
+        data["images"].append({"id": 99, "file_name": "copy.jpg", "height": 48, "width": 64})
+        data["images"].append({"id": 98, "file_name": "../train/img06.jpg", "height": 48,
+                               "width": 64})
+        data["annotations"] = [a for a in data["annotations"] if a["category_id"] == 1]
+        first = dict(data["annotations"][0], id=500)  # A box given twice.
+        data["annotations"].append(first)
+    rewrite_json(tmp_path / "annotations" / "instances_val.json", val_changes)
+
+    def train_names(data):
+        data["categories"].append({"id": 3, "name": "Widget ", "supercategory": "things"})
+        data["categories"].append({"id": 4, "name": "gadget", "supercategory": "things"})
+    for split in ("train", "val"):
+        rewrite_json(tmp_path / "annotations" / ("instances_%s.json" % split), train_names)
+    text = open_dataset(str(tmp_path)).describe()
+    warnings = [line.strip() for line in text.splitlines() if "warning:" in line]
+    # The writer draws img00..img03 of both splits alike: 4 of the 6 are the same bytes.
+    assert any("6 images are in train and val" in w and "img00.jpg" in w for w in warnings), text
+    assert any("'gadget' has boxes in train but none in val" in w for w in warnings), text
+    assert any("'widget', 'Widget '" in w and "differ only in case" in w for w in warnings), text
+    assert any("class name 'gadget' is given to ids 2, 4" in w for w in warnings), text
+    assert any("val: 1 boxes repeat another box" in w for w in warnings), text
+    assert len(truth["train"]) == 8
+
+
+def test_describe_of_clean_data_has_no_warning(tmp_path):
+    dataset_layouts.write_coco_folder(str(tmp_path))
+    for name in os.listdir(tmp_path / "val"):  # Not the bytes of train's images of one name.
+        pixels = np.array(Image.open(tmp_path / "val" / name))
+        pixels[-1, -1] = 77
+        Image.fromarray(pixels).save(tmp_path / "val" / name, quality=95)
+    assert "warning" not in open_dataset(str(tmp_path)).describe()
+
+
+@pytest.mark.parametrize("kpt_shape", [[2, 3], [3, 2]])
+def test_yolo_pose_labels_are_read_as_their_boxes(tmp_path, kpt_shape):
+    import yaml
+    truth = dataset_layouts.write_yolo(str(tmp_path))
+    with open(tmp_path / "data.yaml") as f:
+        content = yaml.safe_load(f)
+    content["kpt_shape"] = kpt_shape
+    with open(tmp_path / "data.yaml", "w") as f:
+        yaml.safe_dump(content, f)
+    keypoints = " ".join(["0.5"] * (kpt_shape[0] * kpt_shape[1]))
+    for split in ("train", "val"):
+        folder = tmp_path / "labels" / split
+        for name in os.listdir(folder):
+            lines = (folder / name).read_text().splitlines()
+            (folder / name).write_text("".join("%s %s\n" % (line, keypoints) for line in lines))
+    dataset = open_dataset(str(tmp_path))
+    for split in ("train", "val"):
+        read = boxes_by_file(dataset, split)
+        expected = expected_boxes(truth[split])
+        assert read.keys() == expected.keys()
+        for name, boxes in expected.items():
+            np.testing.assert_allclose([b for _, b in read[name]], [b for _, b in boxes],
+                                       atol=1e-3)
+            assert [c for c, _ in read[name]] == [c for c, _ in boxes]
+
+
+def test_yolo_images_in_a_symlinked_folder_are_read_and_a_link_loop_ends(tmp_path):
+    truth = dataset_layouts.write_yolo(str(tmp_path / "data"))
+    images = tmp_path / "data" / "images" / "train"
+    labels = tmp_path / "data" / "labels" / "train"
+    for kind, folder in (("images", images), ("labels", labels)):
+        outside = tmp_path / ("elsewhere-" + kind)
+        os.makedirs(outside)
+        for name in sorted(os.listdir(folder))[:3]:
+            os.rename(folder / name, outside / name)
+        os.symlink(outside, folder / "more")
+    os.symlink(images, images / "loop")  # A link back up: followed once, no more.
+    dataset = open_dataset(str(tmp_path / "data"))
+    assert sorted(boxes_by_file(dataset, "train").items()) == sorted(
+        expected_boxes(truth["train"]).items())
+
+
+def test_a_coco_split_without_annotations_is_said(tmp_path, caplog):
+    dataset_layouts.write_coco_folder(str(tmp_path))
+    rewrite_json(tmp_path / "annotations" / "instances_val.json",
+                 lambda data: data.update(annotations=[]))
+    records = open_dataset(str(tmp_path)).split("val").records
+    assert len(records) == 4 and not any(len(r.classes) for r in records)
+    assert "instances_val.json lists 4 images and no annotations" in caplog.text
