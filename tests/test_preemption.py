@@ -206,8 +206,8 @@ STOPPED_LINE = re.compile(r"efficientdet-train: stopped by (SIG\w+) after step (
 
 
 def start_on_its_own_terminal(command):
-    """(process, the terminal's master fd): `command` in a session of its own whose controlling
-    terminal is a new pseudo-terminal, as a shell in a terminal window or an SSH session runs
+    """(process, the terminal's master fd): `command` in a process group of its own whose controlling
+    terminal is a new pseudo-terminal, as a shell in a terminal window or an SSH connection runs
     it; closing the master is closing the window."""
     import fcntl
     import pty
@@ -252,7 +252,7 @@ def test_a_closed_terminal_stops_the_run_after_its_step_and_the_restart_resumes_
         assert "Finished step 2" in shown, shown[-3000:]
         time.sleep(random.Random(KILL_SEED).uniform(0.0, 0.3))
     finally:
-        os.close(master)  # The window closes: the kernel sends SIGHUP to the session.
+        os.close(master)  # The window closes: the kernel sends SIGHUP to the process it leads.
     assert process.wait(180) == RESUMABLE_EXIT_STATUS
     with open(os.path.join(model_dir, HANGUP_LOG)) as f:
         after = f.read()

@@ -19,7 +19,7 @@ efficientnet-lite0 ... lite4 for --backbone_ckpt), downloaded once into the cach
 
 Running the same command again resumes from the last backup (every backup_steps
 steps and at each epoch end: weights, optimizer state, EMA, epoch and step).
-SIGTERM (a preemption notice), Ctrl-C or SIGHUP (the terminal or SSH session closing) lets
+SIGTERM (a preemption notice), Ctrl-C or SIGHUP (the terminal or SSH connection closing) lets
 the current step, or the epoch's evaluation and checkpoint, finish, backs it up and exits with
 status 143: run again to resume with no step lost. After a SIGHUP the output goes to
 <model_dir>/output_after_hangup.log. A second Ctrl-C stops at once (status 130). The

@@ -1,7 +1,7 @@
 """Stopping on SIGTERM, Ctrl-C or a closed terminal without losing a step.
 
 Preemptible VMs, Kubernetes, Slurm and TPU maintenance send SIGTERM and allow a grace
-period before SIGKILL; people stop runs with Ctrl-C (SIGINT); a terminal or SSH session that
+period before SIGKILL; people stop runs with Ctrl-C (SIGINT); a terminal or SSH connection that
 closes sends SIGHUP to the run in its foreground. While `fit` runs, StopOnSignal (a Keras
 callback, right after StepBackup in get_callbacks) catches all three:
 
