@@ -210,3 +210,33 @@ def test_a_coco_split_without_annotations_is_said(tmp_path, caplog):
     records = open_dataset(str(tmp_path)).split("val").records
     assert len(records) == 4 and not any(len(r.classes) for r in records)
     assert "instances_val.json lists 4 images and no annotations" in caplog.text
+
+
+@pytest.mark.parametrize("orientation", [5, 6, 7, 8])
+def test_coco_boxes_drawn_on_the_exif_turned_image_land_on_its_stored_pixels(tmp_path,
+                                                                              orientation):
+    from PIL import ImageOps
+    stored_box = [6, 10, 20, 40]  # ymin, xmin, ymax, xmax in the stored 48x64 pixels.
+    pixels = np.zeros([48, 64, 3], np.uint8)
+    pixels[6:20, 10:40] = 255
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    os.makedirs(tmp_path / "train")
+    path = tmp_path / "train" / "turned.jpg"
+    Image.fromarray(pixels).save(path, quality=95, exif=exif)
+    # What a labelling tool shows and boxes: the image turned by its orientation.
+    with Image.open(path) as image:
+        shown = np.array(ImageOps.exif_transpose(image))
+    rows, columns = np.nonzero(shown[..., 0] > 128)
+    x, y = int(columns.min()), int(rows.min())
+    w, h = int(columns.max()) + 1 - x, int(rows.max()) + 1 - y
+    os.makedirs(tmp_path / "annotations")
+    with open(tmp_path / "annotations" / "instances_train.json", "w") as f:
+        json.dump({"images": [{"id": 1, "file_name": "turned.jpg", "height": shown.shape[0],
+                               "width": shown.shape[1]}],
+                   "annotations": [{"id": 1, "image_id": 1, "category_id": 1,
+                                    "bbox": [x, y, w, h], "area": w * h, "iscrowd": 0}],
+                   "categories": [{"id": 1, "name": "widget"}]}, f)
+    (record,) = open_dataset(str(tmp_path)).split("train").records
+    assert (record.height, record.width) == (48, 64)
+    np.testing.assert_allclose(record.boxes[0], stored_box, atol=1e-3)

@@ -8,6 +8,8 @@ import numpy as np
 from absl import logging
 
 from efficientdet_keras.data.formats.coco_json import json_image_id, parse_coco_file
+from efficientdet_keras.data.formats.image_header import (QUARTER_TURNS, displayed_to_stored,
+                                                          stored_size_and_orientation)
 from efficientdet_keras.data.formats.image_ids import image_id_to_int64
 from efficientdet_keras.data.formats.records import ImageRecord, empty_annotations
 
@@ -60,8 +62,49 @@ def load_coco_records(annotation_file: str, image_dir: str,
             len(data["images"]), annotation_file,
             "; %d image files are not in the image directory %s" % (missing, image_dir)
             if missing else " (see the warnings above)"))
-    return [_coco_record(image, annotations.get(number, []), image_dir)
-            for number, image in images.items()]
+    turns = _exif_turns(images, image_dir) if "://" not in image_dir else {}
+    records = [_coco_record(image, annotations.get(number, []), image_dir, turns.get(number))
+               for number, image in images.items()]
+    _say_exif_turns(annotation_file, turns)
+    return records
+
+
+def _exif_turns(images: Dict[int, dict], image_dir: str) -> Dict[int, Tuple[int, int, int]]:
+    """{image number: (stored height, stored width, EXIF orientation)} of the images whose
+    header carries an orientation other than 1 (a file PIL cannot open is the pipeline's to
+    name)."""
+    from PIL import Image
+    turned = {}
+    for number, image in images.items():
+        try:
+            header = stored_size_and_orientation(image_path(image_dir, image["file_name"]))
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+            continue
+        if header[2] != 1:
+            turned[number] = header
+    return turned
+
+
+def _labelled_as_displayed(image: dict, header: Optional[Tuple[int, int, int]]) -> bool:
+    """Whether an entry's height and width are those of its image turned by its EXIF
+    orientation (a quarter turn swaps them): its boxes were drawn on the image as displayed."""
+    if header is None or header[2] not in QUARTER_TURNS or header[0] == header[1]:
+        return False
+    return (int(_number(image["height"])), int(_number(image["width"]))) == (header[1], header[0])
+
+
+def _say_exif_turns(annotation_file: str, turns: Dict[int, Tuple[int, int, int]]) -> None:
+    quarter = sum(1 for h in turns.values() if h[2] in QUARTER_TURNS)
+    other = len(turns) - quarter
+    if quarter:
+        logging.info("%s: %d images carry an EXIF quarter turn; where the file gives their size "
+                     "as displayed, their boxes are mapped onto the stored pixels",
+                     annotation_file, quarter)
+    if other:
+        logging.warning("%s: %d images carry an EXIF mirror or half turn, which leaves their "
+                        "size as it is: their boxes are read in the stored pixels, as the file "
+                        "cannot say whether the labelling tool showed them turned",
+                        annotation_file, other)
 
 
 _MISSING_FILE = "image file missing"
@@ -218,19 +261,30 @@ def _number(value) -> Optional[float]:
     return number if np.isfinite(number) else None
 
 
-def _coco_record(image: dict, annotations: list, image_dir: str) -> ImageRecord:
-    """The ImageRecord of a usable image entry and its valid annotations."""
+def _coco_record(image: dict, annotations: list, image_dir: str,
+                 header: Optional[Tuple[int, int, int]] = None) -> ImageRecord:
+    """The ImageRecord of a usable image entry and its valid annotations; header: the stored
+    height, width and EXIF orientation of an image that has one."""
     height, width = int(_number(image["height"])), int(_number(image["width"]))
+    as_displayed = _labelled_as_displayed(image, header)
     if annotations:
         xywh = np.array([bbox for bbox, _, _ in annotations], np.float32).reshape(-1, 4)
         boxes = np.stack([xywh[:, 1], xywh[:, 0], xywh[:, 1] + xywh[:, 3],
                           xywh[:, 0] + xywh[:, 2]], axis=1)
+        if as_displayed:
+            corners = boxes[:, [1, 0, 3, 2]] / np.array([width, height, width, height],
+                                                        np.float32)
+            x1, y1, x2, y2 = displayed_to_stored(corners, header[2]).T
+            boxes = np.stack([y1 * header[0], x1 * header[1], y2 * header[0], x2 * header[1]],
+                             axis=1).astype(np.float32)
         classes = np.array([category for _, category, _ in annotations], np.int64)
         is_crowd = np.array([bool(a.get("iscrowd", 0)) for _, _, a in annotations], bool)
         area = np.array([_number(a.get("area")) or w * h
                          for (_, _, w, h), (_, _, a) in zip(xywh, annotations)], np.float32)
     else:
         boxes, classes, is_crowd, area = empty_annotations()
+    if as_displayed:
+        height, width = header[0], header[1]
     return ImageRecord(json_image_id(image["id"]), image_path(image_dir, image["file_name"]),
                        height, width, boxes, classes, is_crowd, area,
                        segmentation=[a.get("segmentation") for _, _, a in annotations])

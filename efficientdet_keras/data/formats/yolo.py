@@ -18,6 +18,8 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 from absl import logging
 
+from efficientdet_keras.data.formats.image_header import (displayed_to_stored,
+                                                          stored_size_and_orientation)
 from efficientdet_keras.data.formats.records import ImageRecord, empty_annotations
 from efficientdet_keras.data.formats.yolo_yaml import IMAGE_EXTENSIONS
 
@@ -181,15 +183,10 @@ def _stored_size_and_orientation(image_path: str,
     cannot open the file."""
     from PIL import Image
     try:
-        with Image.open(image_path) as image:
-            width, height = image.size
-            # getexif() of a PNG without an eXIf chunk before its pixels decodes them to look
-            # further: only ask when the header held EXIF.
-            orientation = image.getexif().get(0x0112, 1) if "exif" in image.info else 1
+        return stored_size_and_orientation(image_path)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
         problems.skip(_BAD_IMAGE, image_path, "skipping it (%s)" % e)
         return None
-    return height, width, orientation if orientation in range(1, 9) else 1
 
 
 def _objects(text: str, label_path: str, num_classes: int, problems: _Problems,
@@ -255,28 +252,13 @@ def _extent(points: np.ndarray) -> str:
     return "x %.4g..%.4g, y %.4g..%.4g" % (low[0], high[0], low[1], high[1])
 
 
-def _to_stored(boxes: np.ndarray, orientation: int) -> np.ndarray:
-    """[x1, y1, x2, y2] normalised boxes of the displayed image onto the stored one."""
-    x1, y1, x2, y2 = boxes.T
-    if orientation in (5, 6, 7, 8):  # A quarter turn (with a mirror for 5 and 7): axes swap.
-        x1, y1, x2, y2 = y1, x1, y2, x2
-    # The stored axes that run backwards in the displayed image.
-    flip_x = orientation in (2, 3, 7, 8)
-    flip_y = orientation in (3, 4, 6, 7)
-    if flip_x:
-        x1, x2 = 1.0 - x2, 1.0 - x1
-    if flip_y:
-        y1, y2 = 1.0 - y2, 1.0 - y1
-    return np.stack([x1, y1, x2, y2], axis=1)
-
-
 def _record(image_id: int, image_path: str, size: Tuple[int, int, int],
             objects: Iterable[Tuple[int, np.ndarray]]) -> ImageRecord:
     height, width, orientation = size
     objects = list(objects)
     if not objects:
         return ImageRecord(image_id, image_path, height, width, *empty_annotations())
-    normalised = _to_stored(np.stack([box for _, box in objects]), orientation)
+    normalised = displayed_to_stored(np.stack([box for _, box in objects]), orientation)
     x1, y1, x2, y2 = normalised.T
     boxes = np.stack([y1 * height, x1 * width, y2 * height, x2 * width], axis=1)
     area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
