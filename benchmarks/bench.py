@@ -54,6 +54,10 @@ Benchmarks:
                validation images beside float32's (benchmarks/formats.py), recorded in
                --results_file.
 
+  open_data    a COCO folder of --open_data_images JPEGs: seconds to open it and read its
+               records, and for describe() and its checks across splits
+               (benchmarks/data_reading.py).
+
 A user's own model is measured by `efficientdet-bench --model=PATH` (Detector.benchmark).
 """
 
@@ -85,7 +89,7 @@ flags.DEFINE_enum("what", "postprocess",
                   ["postprocess", "pipeline", "eval", "train", "serve", "export", "kills",
                    "tflite",
                    "short_runs", "augment", "speed", "resize", "callbacks", "models",
-                   "formats", "openvino_int8"],
+                   "formats", "openvino_int8", "open_data"],
                   "Which benchmark to run.")
 flags.DEFINE_list("models", ["efficientdet-d%s" % d for d in "01234567"] + [
     "efficientdet-d7x"] + ["efficientdet-lite%s" % d for d in ("0", "1", "2", "3", "3x", "4")],
@@ -101,6 +105,7 @@ flags.DEFINE_string("hparams", "", HPARAMS_HELP)
 flags.DEFINE_integer("batch_size", 8, "Images per batch.")
 flags.DEFINE_integer("image_size", 512, "Square input size in pixels.")
 flags.DEFINE_integer("repeats", 10, "Timed runs per stage (after one warm-up run).")
+flags.DEFINE_integer("open_data_images", 5000, "open_data: the images of the COCO folder.")
 flags.DEFINE_list("sizes", ["512", "256"], "pipeline: input sizes to measure.")
 flags.DEFINE_integer("kills", 20, "kills: how many times to kill the training run.")
 flags.DEFINE_integer("kill_seed", 0, "kills: seed of the random kill moments.")
@@ -662,6 +667,13 @@ def bench_openvino_int8(config) -> None:
     formats.bench_int8_choices(FLAGS.model_dir, FLAGS.results_file)
 
 
+def bench_open_data(config):
+    """Opening a COCO folder and describing it (benchmarks/data_reading.py)."""
+    del config
+    from benchmarks.data_reading import bench_open_data as run
+    run(FLAGS.open_data_images, FLAGS.repeats)
+
+
 def main(argv):
     del argv
     from efficientdet_keras import get_efficientdet_config
@@ -681,7 +693,8 @@ def main(argv):
      "tflite": bench_tflite, "short_runs": bench_short_runs,
      "augment": bench_augment, "speed": bench_speed, "resize": bench_resize,
      "callbacks": bench_callbacks, "models": bench_models,
-     "formats": bench_formats, "openvino_int8": bench_openvino_int8}[FLAGS.what](config)
+     "formats": bench_formats, "openvino_int8": bench_openvino_int8,
+     "open_data": bench_open_data}[FLAGS.what](config)
 
 
 def run():

@@ -240,3 +240,18 @@ def test_coco_boxes_drawn_on_the_exif_turned_image_land_on_its_stored_pixels(tmp
     (record,) = open_dataset(str(tmp_path)).split("train").records
     assert (record.height, record.width) == (48, 64)
     np.testing.assert_allclose(record.boxes[0], stored_box, atol=1e-3)
+
+
+def test_roboflows_root_category_used_by_boxes_is_kept_and_said(tmp_path):
+    dataset_layouts.write_roboflow(str(tmp_path))
+
+    def root_box(data):
+        data["annotations"][0]["category_id"] = 0
+    rewrite_json(tmp_path / "train" / "_annotations.coco.json", root_box)
+    dataset = open_dataset(str(tmp_path))
+    assert "widgets-xyz" in dataset.classes.names.values()
+    assert ("category 'widgets-xyz' is the others' supercategory (Roboflow's root category), "
+            "yet 1 boxes use it: kept as a class") in dataset.describe()
+    clean = str(tmp_path / "clean")
+    dataset_layouts.write_roboflow(clean)
+    assert "root category), yet" not in open_dataset(clean).describe()

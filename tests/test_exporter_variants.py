@@ -129,12 +129,19 @@ def zero_based(xml_folder):
                 f.write(text)
 
 
-def test_zero_based_voc_folders_are_read_from_zero_and_said(tmp_path):
+def zero_based_export(tmp_path):
+    """(truth, folder) of VOC XMLs beside their images in train/ and valid/, written 0-based
+    as datumaro, CVAT and globox write them."""
     devkit, root = str(tmp_path / "devkit"), str(tmp_path / "export")
     truth = dataset_layouts.write_voc(devkit)
     voc_xml_beside_images(devkit, root, {"train": "train", "val": "valid"})
     zero_based(os.path.join(root, "train"))
     zero_based(os.path.join(root, "valid"))
+    return truth, root
+
+
+def test_zero_based_voc_folders_are_read_from_zero_and_said(tmp_path):
+    truth, root = zero_based_export(tmp_path)
     # One box that touches the left edge: a 0 that 1-based pixels cannot hold.
     edge = os.path.join(root, "valid", "val_01.xml")
     with open(edge) as f:
@@ -170,11 +177,7 @@ def test_the_voc_devkit_stays_one_based(tmp_path):
 
 
 def test_the_pixel_origin_given_wins_where_the_xmls_cannot_tell(tmp_path):
-    devkit, root = str(tmp_path / "devkit"), str(tmp_path / "export")
-    truth = dataset_layouts.write_voc(devkit)
-    voc_xml_beside_images(devkit, root, {"train": "train", "val": "valid"})
-    zero_based(os.path.join(root, "train"))
-    zero_based(os.path.join(root, "valid"))
+    truth, root = zero_based_export(tmp_path)
     # No coordinate of 0: read as the devkit's 1-based pixels, each box grows a pixel up
     # and left.
     shifted = boxes_by_file(open_dataset(root), "val")

@@ -11,8 +11,8 @@ import os
 from typing import Dict, List, Optional, Sequence
 
 from efficientdet_keras.data.dataset_object import Dataset, DataSplit
-from efficientdet_keras.data.formats.classes import (DataClasses, coco_classes, indexed_classes,
-                                                     named_classes)
+from efficientdet_keras.data.formats.classes import (DataClasses, annotated_root, coco_classes,
+                                                     indexed_classes, named_classes)
 from efficientdet_keras.data.formats.coco_json import parse_coco_file
 from efficientdet_keras.data.formats.label_map import (read_datumaro_labelmap,
                                                        read_label_map_file)
@@ -45,6 +45,10 @@ def coco_dataset(path: str, splits: Dict[str, tuple], data_format: str = "coco")
         raise ValueError("%s: %s" % (first_file, e)) from None
     skipped = collections.Counter()
     shift = {data_id: model_id for model_id, data_id in classes.data_ids.items()}
+    root = annotated_root(first["categories"], first["annotations"])
+    notes = ["category %r is the others' supercategory (Roboflow's root category), yet %d "
+             "boxes use it: kept as a class; relabel those boxes or drop the category" % root
+             ] if root else []
 
     def loader(json_file, image_dir):
         def load():
@@ -61,7 +65,7 @@ def coco_dataset(path: str, splits: Dict[str, tuple], data_format: str = "coco")
     for name in ordered:
         json_file, image_dir = splits[name]
         found[name] = DataSplit(name, json_file, loader(json_file, image_dir))
-    return Dataset(path, data_format, classes, found, skipped)
+    return Dataset(path, data_format, classes, found, skipped, notes)
 
 
 def _check_same_categories(json_file: str, data: dict, first_file: str, first: dict) -> None:

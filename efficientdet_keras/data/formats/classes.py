@@ -104,6 +104,28 @@ def _is_root_category(category_id: int, by_id: Dict[int, str], supercategories: 
                    for a in annotations)
 
 
+def annotated_root(categories: Sequence[dict], annotations: Sequence[dict]):
+    """(name, boxes) of a category that is every other category's supercategory, as
+    Roboflow's root is, but that boxes use (so it is kept as a class); None otherwise."""
+    valid = [c for c in categories if isinstance(c, dict) and "id" in c and "name" in c]
+    for category in valid:
+        others = [c for c in valid if c is not category]
+        if not others or any(c.get("supercategory") != category["name"] for c in others):
+            continue
+        boxes = sum(1 for a in annotations if isinstance(a, dict)
+                    and _same_id(a.get("category_id"), _as_int(category["id"])))
+        if boxes:
+            return str(category["name"]), boxes
+    return None
+
+
+def _as_int(value) -> Optional[int]:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def _same_id(value, category_id: int) -> bool:
     try:
         return int(value) == category_id
