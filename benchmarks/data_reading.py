@@ -25,7 +25,11 @@ def write_coco_folder(root: str, images: int) -> str:
         entries, annotations = [], []
         for i in range(count):
             name = "%s_%06d.jpg" % (split, i)
-            pixels = rng.integers(0, 255, [480, 640, 3], np.uint8)
+            pixels = np.zeros([480, 640, 3], np.uint8)
+            pixels[:, :, 0] = rng.integers(0, 255)
+            for _ in range(3):
+                y, x = rng.integers(0, 400), rng.integers(0, 560)
+                pixels[y:y + 80, x:x + 80] = rng.integers(0, 255, 3)
             Image.fromarray(pixels).save(os.path.join(root, split, name), quality=80)
             entries.append({"id": i + 1, "file_name": name, "height": 480, "width": 640})
             for k in range(3):

@@ -49,24 +49,27 @@ def _name_warnings(names: Dict[int, str]) -> List[str]:
 def _shared_image_warnings(splits: Dict[str, Sequence[ImageRecord]]) -> List[str]:
     """Images in two splits: the same file, or files with the same bytes (compared only where
     sizes match, so that a large dataset is not read whole)."""
-    by_size = collections.defaultdict(set)
+    by_size = collections.defaultdict(dict)  # {size: {(device, inode): (split, path)}}
     for split, records in splits.items():
         for record in records:
             try:
-                by_size[os.path.getsize(record.path)].add((split, os.path.realpath(record.path)))
+                stat = os.stat(record.path)
             except OSError:
                 continue  # A missing image is the pipeline's to name.
+            same_file = by_size[stat.st_size].setdefault((stat.st_dev, stat.st_ino), {})
+            same_file.setdefault(split, record.path)
     shared = collections.defaultdict(list)
-    for entries in by_size.values():
-        if len({split for split, _ in entries}) < 2:
+    for files in by_size.values():
+        if len({split for by_split in files.values() for split in by_split}) < 2:
             continue
-        by_content = collections.defaultdict(set)
-        for split, path in entries:
-            by_content[_file_hash(path)].add((split, path))
+        by_content = collections.defaultdict(dict)
+        for by_split in files.values():
+            content = by_content[_file_hash(next(iter(by_split.values())))]
+            for split, path in by_split.items():
+                content.setdefault(split, path)
         for group in by_content.values():
-            splits_of_group = sorted({split for split, _ in group})
-            if len(splits_of_group) > 1:
-                shared[tuple(splits_of_group)].append(sorted(path for _, path in group)[0])
+            if len(group) > 1:
+                shared[tuple(sorted(group))].append(sorted(group.values())[0])
     return ["%d images are in %s (the same file or the same bytes), such as %s: evaluation "
             "then scores images the model trained on" % (
                 len(paths), " and ".join(key), ", ".join(os.path.basename(p)
@@ -107,7 +110,7 @@ def _duplicate_box_warnings(splits: Dict[str, Sequence[ImageRecord]]) -> List[st
                 continue
             rows = np.concatenate([np.round(np.asarray(record.boxes, np.float64), 3),
                                    np.asarray(record.classes, np.float64)[:, None]], axis=1)
-            extra = len(rows) - len(np.unique(rows, axis=0))
+            extra = len(rows) - len(set(map(tuple, rows.tolist())))
             if extra:
                 twice, images = twice + extra, images + 1
         if twice:
