@@ -15,7 +15,8 @@ import csv
 import os
 from typing import Dict, List, Optional, Tuple
 
-from efficientdet_keras.data.formats.named_boxes import NamedBoxes, corners_box, header_size
+from efficientdet_keras.data.formats.named_boxes import (NamedBoxes, corners_box,
+                                                         first_csv_row, header_size)
 
 SPLIT_COLUMN = {"TRAIN": "train", "VALIDATION": "val", "TEST": "test", "UNASSIGNED": "train"}
 _IMAGE_FOLDERS = ("", "images")
@@ -23,11 +24,7 @@ _IMAGE_FOLDERS = ("", "images")
 
 def is_automl_csv(path: str) -> bool:
     """Whether a .csv file's first row starts with an AutoML split name."""
-    try:
-        with open(path, encoding="utf-8-sig", newline="") as f:
-            first = next(csv.reader(f), [])
-    except (OSError, UnicodeDecodeError):
-        return False
+    first = first_csv_row(path)
     return len(first) >= 3 and first[0].strip().upper() in SPLIT_COLUMN
 
 

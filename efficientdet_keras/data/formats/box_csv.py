@@ -11,19 +11,14 @@ import csv
 import os
 from typing import Dict, List
 
-from efficientdet_keras.data.formats.named_boxes import NamedBoxes
+from efficientdet_keras.data.formats.named_boxes import NamedBoxes, first_csv_row
 
 COLUMNS = ("filename", "width", "height", "class", "xmin", "ymin", "xmax", "ymax")
 
 
 def is_box_csv(path: str) -> bool:
     """Whether a .csv file's header has the columns of this layout."""
-    try:
-        with open(path, encoding="utf-8-sig", newline="") as f:
-            header = next(csv.reader(f), [])
-    except (OSError, UnicodeDecodeError):
-        return False
-    return set(COLUMNS) <= {column.strip().lower() for column in header}
+    return set(COLUMNS) <= {column.strip().lower() for column in first_csv_row(path)}
 
 
 def read_box_csv(path: str) -> List[NamedBoxes]:

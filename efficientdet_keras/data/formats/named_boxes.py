@@ -56,6 +56,17 @@ def corners_box(points: Sequence[Sequence[float]]) -> List[float]:
     return [min(ys), min(xs), max(ys), max(xs)]
 
 
+def first_csv_row(path: str) -> List[str]:
+    """The first row of a CSV file ([] when it cannot be read as UTF-8 text): what tells the
+    CSV layouts apart."""
+    import csv
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            return next(csv.reader(f), [])
+    except (OSError, UnicodeDecodeError):
+        return []
+
+
 def header_size(path: str, skipped_what: str) -> Optional[Tuple[int, int]]:
     """(height, width) of an image file as stored, read from its header, for the layouts
     whose coordinates are fractions of a size they do not state; None, with a warning naming
