@@ -255,3 +255,45 @@ def test_roboflows_root_category_used_by_boxes_is_kept_and_said(tmp_path):
     clean = str(tmp_path / "clean")
     dataset_layouts.write_roboflow(clean)
     assert "root category), yet" not in open_dataset(clean).describe()
+
+
+def test_a_root_category_repeated_without_boxes_is_left_out_and_said(tmp_path):
+    dataset_layouts.write_roboflow(str(tmp_path))
+
+    def repeated_root(data):
+        data["categories"].append({"id": 3, "name": "widgets-xyz", "supercategory": "none"})
+    for split in ("train", "valid"):
+        rewrite_json(tmp_path / split / "_annotations.coco.json", repeated_root)
+    dataset = open_dataset(str(tmp_path))
+    assert sorted(dataset.classes.names.values()) == ["gadget", "widget"]
+    assert ("left out the root category 'widgets-xyz' (no boxes; the others' supercategory), "
+            "and its repeats without boxes (ids 3)") in dataset.describe()
+
+
+def test_a_class_no_box_uses_is_said(tmp_path):
+    dataset_layouts.write_coco_folder(str(tmp_path))
+
+    def unused_class(data):
+        data["categories"].append({"id": 5, "name": "gizmo", "supercategory": "things"})
+    for split in ("train", "val"):
+        rewrite_json(tmp_path / "annotations" / ("instances_%s.json" % split), unused_class)
+    text = open_dataset(str(tmp_path)).describe()
+    assert "warning: 1 classes have no box in train or val: 'gizmo' (id 5)" in text
+
+
+def test_an_image_file_no_coco_entry_lists_is_said(tmp_path):
+    import shutil
+    truth = dataset_layouts.write_coco_folder(str(tmp_path))
+    shutil.copy(tmp_path / "train" / "img00.jpg", tmp_path / "train" / "unlabelled.JPG")
+    dataset = open_dataset(str(tmp_path))
+    assert len(dataset.split("train").records) == len(truth["train"])
+    text = dataset.describe()
+    assert ("1 image files in %s are read by no split, such as unlabelled.JPG"
+            % (tmp_path / "train")) in text
+    # VOC's JPEGImages holds other tasks' images besides the detection lists': not a mistake.
+    voc = str(tmp_path / "voc")
+    dataset_layouts.write_voc(voc)
+    images = os.path.join(voc, "JPEGImages")
+    shutil.copy(os.path.join(images, sorted(os.listdir(images))[0]),
+                os.path.join(images, "segmentation_only.jpg"))
+    assert "read by no split" not in open_dataset(voc).describe()

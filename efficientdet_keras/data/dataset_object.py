@@ -124,14 +124,17 @@ class Dataset:
             lines.append("  model ids 1..%d are the data's ids %s..%s"
                          % (self.classes.num_classes, data_ids[0], data_ids[-1]))
         if self.classes.dropped:
-            lines.append("  left out the root category %r (no boxes; the others' supercategory)"
-                         % self.classes.dropped)
+            repeats = ", ".join(map(str, self.classes.dropped_ids[1:]))
+            lines.append("  left out the root category %r (no boxes; the others' supercategory)%s"
+                         % (self.classes.dropped, ", and its repeats without boxes (ids %s)"
+                            % repeats if repeats else ""))
         lines.extend("  " + note for note in self.notes)
         from efficientdet_keras.data.label_checks import dataset_warnings
         read = {name: self.split(name).records for name in names or list(self.splits)}
         lines.extend("  warning: " + line for line in dataset_warnings(
             self.classes.names, {name: records for name, records in read.items()
-                                 if records is not None}))
+                                 if records is not None},
+            folders_listed_whole=self.format in ("coco", "roboflow")))
         if self.skipped:
             lines.append("  skipped %s" % ", ".join("%d x %s" % (n, kind) for kind, n
                                                     in sorted(self.skipped.items())))

@@ -1,6 +1,6 @@
 """Mistakes in a dataset that reading cannot see one record at a time: the same image in two
-splits (an evaluation that measures memory, not learning), classes that only one split has,
-class names that differ only in case or spacing or appear twice, and boxes given twice.
+splits (an evaluation that measures memory, not learning), classes that only one split has
+or no box uses, class names that differ only in case or spacing or appear twice, and boxes given twice.
 
     for line in dataset_warnings(classes.names, {"train": records, "val": val_records}):
         print("  warning:", line)
@@ -13,18 +13,24 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
+from efficientdet_keras.data.formats.image_header import IMAGE_EXTENSIONS
 from efficientdet_keras.data.formats.records import ImageRecord
 
 # Shared images named in a warning; the count says how many more there are.
 _NAMED = 3
 
 
-def dataset_warnings(names: Dict[int, str], splits: Dict[str, Sequence[ImageRecord]]
-                     ) -> List[str]:
+def dataset_warnings(names: Dict[int, str], splits: Dict[str, Sequence[ImageRecord]],
+                     folders_listed_whole: bool = False) -> List[str]:
     """One line per mistake found among the classes ({model id: name}) and the splits'
-    records ({split: records}, two splits or more for the checks across splits)."""
+    records ({split: records}, two splits or more for the checks across splits).
+
+    folders_listed_whole: the layout lists every image of its image folders (COCO JSON), so
+      an image file no split reads there is a mistake, not another task's image (VOC's).
+    """
     return (_name_warnings(names) + _shared_image_warnings(splits) +
-            _one_split_class_warnings(names, splits) + _duplicate_box_warnings(splits))
+            _class_presence_warnings(names, splits) + _duplicate_box_warnings(splits) +
+            (_unread_image_warnings(splits) if folders_listed_whole else []))
 
 
 def _name_warnings(names: Dict[int, str]) -> List[str]:
@@ -85,19 +91,27 @@ def _file_hash(path: str) -> str:
     return digest.hexdigest()
 
 
-def _one_split_class_warnings(names: Dict[int, str],
-                              splits: Dict[str, Sequence[ImageRecord]]) -> List[str]:
-    if len(splits) < 2:
+def _class_presence_warnings(names: Dict[int, str],
+                             splits: Dict[str, Sequence[ImageRecord]]) -> List[str]:
+    """Classes with boxes in some splits only, and classes no box uses (a repeated category,
+    a label map longer than the data): the model learns those as background."""
+    if not splits:
         return []
     present = {split: {int(c) for r in records for c in r.classes}
                for split, records in splits.items()}
-    warnings = []
+    warnings, unused = [], []
     for class_id in sorted(names):
         having = [split for split in splits if class_id in present[split]]
-        if having and len(having) < len(splits):
+        if not having:
+            unused.append(class_id)
+        elif len(having) < len(splits):
             lacking = [split for split in splits if split not in having]
             warnings.append("class %r has boxes in %s but none in %s" % (
                 names[class_id], " and ".join(having), " and ".join(lacking)))
+    if unused:
+        shown = ", ".join("%r (id %d)" % (names[k], k) for k in unused[:_NAMED * 4])
+        warnings.append("%d classes have no box in %s: %s%s" % (
+            len(unused), " or ".join(splits), shown, ", ..." if len(unused) > _NAMED * 4 else ""))
     return warnings
 
 
@@ -117,4 +131,29 @@ def _duplicate_box_warnings(splits: Dict[str, Sequence[ImageRecord]]) -> List[st
             warnings.append("%s: %d boxes repeat another box of the same class in the same "
                             "image (%d images); a duplicated label line or annotation?"
                             % (split, twice, images))
+    return warnings
+
+
+def _unread_image_warnings(splits: Dict[str, Sequence[ImageRecord]]) -> List[str]:
+    """Image files beside the images the splits read that no split reads: left out of a COCO
+    file (an image without objects needs an entry with no annotations), or skipped above."""
+    read = collections.defaultdict(set)
+    for records in splits.values():
+        for record in records:
+            if "://" not in record.path:
+                folder, name = os.path.split(os.path.normpath(record.path))
+                read[folder].add(name)
+    warnings = []
+    for folder in sorted(read):
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        unread = sorted(n for n in names if n.lower().endswith(IMAGE_EXTENSIONS)
+                        and n not in read[folder] and os.path.isfile(os.path.join(folder, n)))
+        if unread:
+            warnings.append("%d image files in %s are read by no split, such as %s: not trained "
+                            "on nor evaluated (an image without objects needs an images entry "
+                            "with no annotations)" % (len(unread), folder,
+                                                      ", ".join(unread[:_NAMED])))
     return warnings

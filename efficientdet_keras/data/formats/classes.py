@@ -13,7 +13,7 @@ so the mapping can be written beside a run and read back:
 """
 
 import dataclasses
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from efficientdet_keras.config.label_maps import VOC_LABEL_MAP, label_names
 
@@ -22,11 +22,13 @@ from efficientdet_keras.config.label_maps import VOC_LABEL_MAP, label_names
 class DataClasses:
     """Model id -> name and model id -> the dataset's id of each class of a dataset.
 
-    dropped: a category of the data that is not a class (Roboflow's root), by name, or None.
+    dropped: a category of the data that is not a class (Roboflow's root), by name, or None;
+    dropped_ids: the data's ids that carried that name.
     """
     names: Dict[int, str]
     data_ids: Dict[int, Any]
     dropped: Optional[str] = None
+    dropped_ids: Tuple[int, ...] = ()
 
     @property
     def num_classes(self) -> int:
@@ -48,7 +50,7 @@ class DataClasses:
         """The same classes under new model ids ({old id: new id}, every id given)."""
         return DataClasses({new_ids[k]: name for k, name in self.names.items()},
                            {new_ids[k]: data_id for k, data_id in self.data_ids.items()},
-                           self.dropped)
+                           self.dropped, self.dropped_ids)
 
     def describe(self, shown: int = 12) -> str:
         names = [self.names[k] for k in sorted(self.names)]
@@ -62,7 +64,8 @@ def coco_classes(categories: Sequence[dict], annotations: Sequence[dict] = ()) -
     Ids of 1 and up are kept as they are (COCO's own 1..90 with gaps, CVAT's 1..K), so a
     released COCO head and a COCO ground-truth file keep their meaning. Roboflow's exports put
     a root category first (id 0, the dataset's name, the supercategory of every other one,
-    never annotated): it is left out. When a real class has id 0 (0-based exports such as
+    never annotated): it is left out, and so is a category that repeats its name without boxes
+    of its own. When a real class has id 0 (0-based exports such as
     Label Studio's), every id moves up by one.
 
     Raises:
@@ -85,12 +88,17 @@ def coco_classes(categories: Sequence[dict], annotations: Sequence[dict] = ()) -
             raise ValueError("category %r has a negative id" % (category,))
         by_id[category_id] = name
         supercategories[category_id] = category.get("supercategory")
-    dropped = None
+    dropped, dropped_ids = None, ()
     if 0 in by_id and _is_root_category(0, by_id, supercategories, annotations):
-        dropped = by_id.pop(0)
+        dropped = by_id[0]
+        dropped_ids = tuple(k for k in sorted(by_id) if by_id[k] == dropped and (
+            k == 0 or not any(isinstance(a, dict) and _same_id(a.get("category_id"), k)
+                              for a in annotations)))
+        for k in dropped_ids:
+            del by_id[k]
     shift = 1 if 0 in by_id else 0
     return DataClasses({k + shift: v for k, v in sorted(by_id.items())},
-                       {k + shift: k for k in sorted(by_id)}, dropped)
+                       {k + shift: k for k in sorted(by_id)}, dropped, dropped_ids)
 
 
 def _is_root_category(category_id: int, by_id: Dict[int, str], supercategories: dict,

@@ -6,6 +6,9 @@ from typing import Tuple
 
 import numpy as np
 
+# The image files a dataset folder is searched for (compared in lower case).
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+
 # The EXIF orientations that turn the image a quarter (with a mirror for 5 and 7): the
 # displayed width is the stored height.
 QUARTER_TURNS = (5, 6, 7, 8)

@@ -21,7 +21,7 @@ from absl import logging
 from efficientdet_keras.data.formats.image_header import (displayed_to_stored,
                                                           stored_size_and_orientation)
 from efficientdet_keras.data.formats.records import ImageRecord, empty_annotations
-from efficientdet_keras.data.formats.yolo_yaml import IMAGE_EXTENSIONS
+from efficientdet_keras.data.formats.image_header import IMAGE_EXTENSIONS
 
 # Coordinates may overshoot 0..1 by this much (rounding in exporters, boxes drawn up to the
 # border) and are clipped; beyond it the line is taken for a mistake (pixels written instead

@@ -14,10 +14,9 @@ from typing import Dict, List
 
 from absl import logging
 
+from efficientdet_keras.data.formats.image_header import IMAGE_EXTENSIONS
 from efficientdet_keras.data.split_names import SPLIT_FOLDER_NAMES
 
-# The image files a split's folder is searched for; a label file's image has one of them.
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 _SPLIT_KEYS = ("train", "val", "test")
 
 
