@@ -68,7 +68,8 @@ def test_hub_module_fine_tunes_through_the_cli(trained):
                   "--hub_module_url=file://%s" % hub_dir,
                   "--train_file_pattern=%s" % data.train_tfrecord,
                   "--val_file_pattern=%s" % data.val_tfrecord, "--val_json_file=%s" % data.val_json,
-                  "--hparams=image_size=64,num_classes=5,map_freq=1,learning_rate=0.2",
+                  "--hparams=image_size=64,num_classes=5,fpn_num_filters=16,map_freq=1,"
+                  "learning_rate=0.2",
                   "--batch_size=4", "--num_examples_per_epoch=16", "--num_epochs=3",
                   "--tf_random_seed=3"])
     assert result.returncode == 0, result.stderr[-3000:]
@@ -92,8 +93,12 @@ def test_bad_hub_modules_are_clear_errors(trained, tmp_path):
     root, model_dir, data, config = trained
     from efficientdet_keras.training.hub_trainer import EfficientDetNetTrainHub
     detector = export_detector(EfficientDetNet(config=config), str(tmp_path / "detector"))
-    with pytest.raises(ValueError, match="Cannot load TF-Hub module %s" % re.escape(detector)):
-        EfficientDetNetTrainHub(config, detector)  # Not callable: a serving model.
+    # Not callable, its signatures return detections: a finished detector, refused in words.
+    with pytest.raises(ValueError, match="^%s is a detector, not features: it returns finished "
+                       "detections, which cannot be fine-tuned; fine-tune the released "
+                       "checkpoint --pretrained_ckpt=efficientdet-d0 instead$"
+                       % re.escape(detector)):
+        EfficientDetNetTrainHub(config, detector)
 
     class OneOutput(tf.Module):
         @tf.function(input_signature=[tf.TensorSpec([None, None, None, 3], tf.float32)])

@@ -68,7 +68,3 @@ def export_feature_module(model, export_dir: str) -> str:
     os.replace(tmp_dir, export_dir)
     return export_dir
 
-
-def local_module_path(url: str) -> str:
-    """Local paths and file:// URLs become paths; anything else is returned as it is."""
-    return url[len("file://"):] if url.startswith("file://") else url

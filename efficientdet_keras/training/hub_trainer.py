@@ -15,9 +15,10 @@ EfficientDetNetTrain.
 
 import tensorflow as tf
 
-from efficientdet_keras.exporters.hub_module import local_module_path
 from efficientdet_keras.model.efficientdet import num_anchors_per_location
 from efficientdet_keras.model.heads import PredictionHead
+from efficientdet_keras.training.hub_handles import (check_feature_contract, module_folder,
+                                                     not_callable_reason)
 from efficientdet_keras.training.trainer import EfficientDetNetTrain
 
 
@@ -26,11 +27,14 @@ class EfficientDetNetTrainHub(EfficientDetNetTrain):
 
     Args:
       config: model config (levels, anchors, num_classes, training settings).
-      hub_module_url: a local path, a file:// URL or a hub URL of a feature module.
+      hub_module_url: a feature module's local path, file:// URL, http(s) handle or Kaggle
+        Models handle (see training.hub_handles).
 
     Raises:
-      ValueError: the module cannot be loaded or does not return (class_features,
-        box_features) with one map per level; the message names the URL.
+      ValueError in one line naming the handle: the module cannot be downloaded or loaded,
+        is a finished detector, or does not return (class_features, box_features) with one
+        map per level of the config's levels and fpn_num_filters channels (checked on one
+        image before any training).
     """
 
     def __init__(self, config, hub_module_url: str = None, **kwargs):
@@ -43,13 +47,28 @@ class EfficientDetNetTrainHub(EfficientDetNetTrain):
 
     def _build_network(self) -> None:
         import tensorflow_hub as hub
+        from efficientdet_keras.config.overrides import parse_image_size
 
-        url = self.config.hub_module_url
+        handle = self.config.hub_module_url
+        folder = module_folder(handle)
         try:
-            self.hub_layer = hub.KerasLayer(local_module_path(url), trainable=True,
-                                            name="hub_features")
+            self.hub_layer = hub.KerasLayer(folder, trainable=True, name="hub_features")
         except Exception as e:  # Hub raises many types (OSError, ValueError, tf errors).
-            raise ValueError("Cannot load TF-Hub module %s: %s" % (url, str(e).splitlines()[0]))
+            if "non-callable" in str(e):
+                raise ValueError(not_callable_reason(folder, handle, self.config)) from None
+            raise ValueError("Cannot load TF-Hub module %s: %s"
+                             % (handle, str(e).strip().splitlines()[0])) from None
+        # One image through the module before any training: a module of another model, or
+        # a detector, is one line here rather than an error deep in the first trace.
+        image_hw = parse_image_size(self.config.image_size)
+        try:
+            probe = self.hub_layer(tf.zeros([1, image_hw[0], image_hw[1], 3]), training=False)
+        except (TypeError, ValueError, tf.errors.OpError) as e:
+            raise ValueError("TF-Hub module %s cannot be called on float32 images [1, %d, %d, "
+                             "3] as a feature module is: %s" % (
+                                 handle, image_hw[0], image_hw[1],
+                                 str(e).strip().splitlines()[0])) from None
+        check_feature_contract(probe, self.config, handle, image_hw)
         heads_only = self.config.copy()
         heads_only.box_class_repeats = 0  # The module already holds the shared head convs.
         anchors = num_anchors_per_location(self.config)
@@ -57,20 +76,9 @@ class EfficientDetNetTrainHub(EfficientDetNetTrain):
                                         dtype=self.dtype_policy)
         self.box_net = PredictionHead("box", anchors * 4, heads_only, dtype=self.dtype_policy)
 
-    def _module_features(self, images, training):
-        features = self.hub_layer(tf.cast(images, tf.float32), training=training)
-        levels = self.config.max_level - self.config.min_level + 1
-        if not (isinstance(features, (tuple, list)) and len(features) == 2 and
-                all(isinstance(f, (tuple, list)) and len(f) == levels for f in features)):
-            raise ValueError("TF-Hub module %s must return (class_features, box_features), two "
-                             "lists of %d feature maps (levels %d-%d); got %r"
-                             % (self.config.hub_module_url, levels, self.config.min_level,
-                                self.config.max_level, tf.nest.map_structure(
-                                    lambda t: getattr(t, "shape", t), features)))
-        return features
-
     def call(self, images, training=False):
-        class_features, box_features = self._module_features(images, bool(training))
+        class_features, box_features = self.hub_layer(tf.cast(images, tf.float32),
+                                                      training=bool(training))
         with tf.name_scope(""):
             class_outputs = self.class_net(list(class_features), training=training)
             box_outputs = self.box_net(list(box_features), training=training)
