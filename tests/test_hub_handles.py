@@ -223,3 +223,279 @@ def test_the_uncompressed_load_format_needs_a_hub_that_redirects_to_gcs(server, 
         EfficientDetNetTrainHub(module_config(), hub_module_url=handle)
     assert server.requests[before:] == [HANDLE_PATH + "?tf-hub-format=uncompressed"]
     assert not os.path.exists(cache_folder(hub_cache, handle))
+
+
+# --- Where the modules live today: Kaggle Models ---------------------------------------------
+
+KAGGLE_HANDLE = "tensorflow/efficientdet/tensorFlow2/lite0-feature-vector"
+KAGGLE_PAGE = "/models/" + KAGGLE_HANDLE + "/1"
+TFHUB_PATH = "/tensorflow/efficientdet/lite0/feature-vector/1"
+ARCHIVE_DOWNLOAD = "/api/v1/models/" + KAGGLE_HANDLE + "/1/download"
+KAGGLE_API = "/api/v1/models.ModelApiService/"
+
+
+class KaggleStandIn:
+    """A loopback server answering as Kaggle Models does: tfhub.dev handles redirected to the
+    model's page URL, which serves the compressed module; the archive download URL redirected
+    to the archive in storage; and the JSON API kagglehub calls (the instance's current
+    version, its file list, each file's download redirected to storage)."""
+
+    def __init__(self, module_dir, archive_path):
+        import http.server
+        import json
+        import threading
+        files = {os.path.relpath(os.path.join(folder, name), module_dir).replace(os.sep, "/"):
+                 os.path.join(folder, name)
+                 for folder, _, names in os.walk(module_dir) for name in names}
+        with open(archive_path, "rb") as f:
+            archive = f.read()
+        self.requests = []
+        stand_in = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _send(self, status, body=b"", content_type="application/octet-stream",
+                      location=None):
+                self.send_response(status)
+                if location:
+                    self.send_header("Location", location)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                stand_in.requests.append(("GET", self.path))
+                path, _, query = self.path.partition("?")
+                if path == TFHUB_PATH:
+                    self._send(302, location=KAGGLE_PAGE + "?" + query)
+                elif path == KAGGLE_PAGE and "tf-hub-format=compressed" in query:
+                    self._send(200, archive, "application/x-tar")
+                elif path == ARCHIVE_DOWNLOAD:
+                    self._send(302, location="/storage/module.tar.gz")
+                elif path == "/storage/module.tar.gz":
+                    self._send(200, archive, "application/x-tar")
+                elif path.startswith("/storage/files/") and path[15:] in files:
+                    with open(files[path[15:]], "rb") as f:
+                        self._send(200, f.read())
+                else:
+                    self._send(404, b"not found", "text/plain")
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+                stand_in.requests.append(("POST", self.path))
+                if body.get("instanceSlug") != "lite0-feature-vector":
+                    return self._send(404, json.dumps({"code": 404, "message": "no such model"})
+                                      .encode(), "application/json")
+                answers = {
+                    "GetModelInstance": {"slug": "lite0-feature-vector", "versionNumber": 1},
+                    "ListModelInstanceVersionFiles": {
+                        "files": [{"name": n, "size": os.path.getsize(p)}
+                                  for n, p in sorted(files.items())], "nextPageToken": ""}}
+                call = self.path[len(KAGGLE_API):]
+                if call == "DownloadModelInstanceVersion":
+                    self._send(302, location="/storage/files/" + body["path"])
+                elif call in answers:
+                    self._send(200, json.dumps(answers[call]).encode(), "application/json")
+                else:
+                    self._send(404, b"{}", "application/json")
+
+            def log_message(self, *args):
+                pass
+
+        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self._httpd.server_address[1]
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def kaggle(served_root):
+    stand_in = KaggleStandIn(str(served_root.parent / "module"), str(served_root) + HANDLE_PATH)
+    yield stand_in
+    stand_in.close()
+
+
+@pytest.fixture
+def kaggle_client(kaggle, tmp_path, monkeypatch):
+    """kagglehub pointed at the stand-in through kagglesdk's KAGGLE_API_ENVIRONMENT (its TEST
+    environment's address set to the server's), with a fresh cache and no credentials."""
+    from kagglesdk import kaggle_env
+    monkeypatch.setenv("KAGGLE_API_ENVIRONMENT", "TEST")
+    monkeypatch.setitem(kaggle_env._env_to_endpoint, kaggle_env.KaggleEnv.TEST, kaggle.url)
+    monkeypatch.setenv("KAGGLEHUB_CACHE", str(tmp_path / "kagglehub_cache"))
+    monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(tmp_path / "no_credentials"))
+    for name in ("KAGGLE_USERNAME", "KAGGLE_KEY", "KAGGLE_API_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path / "kagglehub_cache"
+
+
+def fine_tune_two_steps(handle, batch):
+    from efficientdet_keras.training.hub_trainer import EfficientDetNetTrainHub
+    model = EfficientDetNetTrainHub(module_config(), hub_module_url=handle)
+    initial = [w.numpy() for w in model.hub_layer.trainable_weights]
+    model.compile(optimizer=keras.optimizers.SGD(0.1), run_eagerly=True)
+    history = model.fit(tf.data.Dataset.from_tensors(batch).repeat(2), epochs=1, verbose=0)
+    assert int(model.optimizer.iterations) == 2
+    assert np.isfinite(history.history["loss"][0]) and history.history["loss"][0] > 0
+    moved = sum(not np.array_equal(a, w.numpy())
+                for a, w in zip(initial, model.hub_layer.trainable_weights))
+    assert moved > len(initial) // 2
+    return model
+
+
+@pytest.mark.parametrize("form", ["kagglehub handle", "tfhub.dev handle", "Kaggle page URL",
+                                  "archive download URL", "local folder"])
+def test_every_form_of_a_handle_fine_tunes_two_steps(form, kaggle, kaggle_client, hub_cache,
+                                                     served_root, batch):
+    handle = {"kagglehub handle": KAGGLE_HANDLE + "/1",
+              "tfhub.dev handle": kaggle.url + TFHUB_PATH,
+              "Kaggle page URL": kaggle.url + KAGGLE_PAGE,
+              "archive download URL": kaggle.url + ARCHIVE_DOWNLOAD,
+              "local folder": str(served_root.parent / "module")}[form]
+    before = len(kaggle.requests)
+    fine_tune_two_steps(handle, batch)
+    asked = kaggle.requests[before:]
+    if form == "kagglehub handle":  # Its files, one by one, into kagglehub's cache.
+        assert ("POST", KAGGLE_API + "ListModelInstanceVersionFiles") in asked
+        folder = kaggle_client / "models" / KAGGLE_HANDLE / "1"
+        assert (folder / "saved_model.pb").is_file() and (folder / "variables").is_dir()
+    elif form == "local folder":
+        assert asked == []
+    else:  # tensorflow_hub's compressed format, through the redirects.
+        assert asked[0] == ("GET", handle[len(kaggle.url):] + "?tf-hub-format=compressed")
+        assert os.path.isfile(os.path.join(cache_folder(hub_cache, handle), "saved_model.pb"))
+
+
+def test_a_kaggle_handle_is_fetched_once_and_then_read_offline(kaggle, kaggle_client):
+    from efficientdet_keras.training.hub_handles import module_folder
+
+    before = len(kaggle.requests)
+    folder = module_folder(KAGGLE_HANDLE)  # No version: the current one, asked of the API.
+    assert ("POST", KAGGLE_API + "GetModelInstance") in kaggle.requests[before:]
+    assert os.path.samefile(folder, kaggle_client / "models" / KAGGLE_HANDLE / "1")
+    kaggle.requests.clear()
+    assert os.path.samefile(module_folder(KAGGLE_HANDLE + "/1"), folder)
+    assert kaggle.requests == []  # A versioned handle in the cache: nothing asked.
+
+
+@pytest.mark.quick
+def test_kaggle_handle_failures_are_one_line(kaggle, kaggle_client, monkeypatch):
+    import builtins
+    from efficientdet_keras.training.hub_handles import is_kaggle_handle, module_folder
+
+    assert is_kaggle_handle("tensorflow/efficientdet/tensorFlow2/lite0-feature-vector/1")
+    assert not is_kaggle_handle("exported/module") and not is_kaggle_handle("http://a/b/c/d/1")
+    with pytest.raises(ValueError, match=r"^Cannot load TF-Hub module tensorflow/efficientdet/"
+                       r"tensorFlow2/lite9-feature-vector/1 \(a Kaggle Models handle, read by "
+                       r"kagglehub\): .*404"):
+        module_folder("tensorflow/efficientdet/tensorFlow2/lite9-feature-vector/1")
+
+    real_import = builtins.__import__
+
+    def without_kagglehub(name, *args, **kwargs):
+        if name == "kagglehub":
+            raise ImportError("No module named 'kagglehub'")
+        return real_import(name, *args, **kwargs)
+    monkeypatch.setattr(builtins, "__import__", without_kagglehub)
+    with pytest.raises(ValueError, match=r"^%s/1 is a Kaggle Models handle .*pip install "
+                       r"'efficientdet_keras\[kaggle\]'" % KAGGLE_HANDLE):
+        module_folder(KAGGLE_HANDLE + "/1")
+
+
+# --- The feature contract, checked before the first step ------------------------------------
+
+def test_a_module_of_another_model_names_its_levels_and_channels(tmp_path):
+    from efficientdet_keras import EfficientDetNet
+    from efficientdet_keras.exporters.hub_module import export_feature_module
+    from efficientdet_keras.training.hub_trainer import EfficientDetNetTrainHub
+
+    wider = EfficientDetNet(config=module_config(fpn_num_filters=24, max_level=6))
+    wider.build_variables()
+    module = export_feature_module(wider, str(tmp_path / "wider"))
+    with pytest.raises(ValueError, match=r"^TF-Hub module %s returns levels 3-6 of 24 channels "
+                       r"for a 64x64 image; efficientdet-d0 needs levels 3-5 of 16 channels "
+                       r"\(fpn_num_filters\)$" % re.escape(module)):
+        EfficientDetNetTrainHub(module_config(), hub_module_url=module)
+
+    # A released model's own shape is named: a lite2-sized module given --model_name lite0.
+    from efficientdet_keras.training.hub_handles import check_feature_contract
+    from efficientdet_keras import get_efficientdet_config
+    sides = [-(-448 // 2 ** level) for level in range(3, 8)]  # SAME padding: 56 ... 4.
+    lite2_maps = [tf.zeros([1, side, side, 112]) for side in sides]
+    with pytest.raises(ValueError, match=r"returns levels 3-7 of 112 channels for a 448x448 "
+                       r"image; efficientdet-lite0 needs levels 3-7 of 64 channels "
+                       r"\(fpn_num_filters\): a module of efficientdet-d2 or "
+                       r"efficientdet-lite2\? Give that --model_name$"):
+        check_feature_contract((lite2_maps, lite2_maps), get_efficientdet_config(
+            "efficientdet-lite0"), "lite2-module", (448, 448))
+
+
+def test_a_callable_detector_is_refused_before_training(tmp_path):
+    from efficientdet_keras.training.hub_trainer import EfficientDetNetTrainHub
+
+    class Detector(tf.Module):  # As a TF Object Detection API model answers.
+        @tf.function(input_signature=[tf.TensorSpec([None, None, None, 3], tf.float32)])
+        def __call__(self, images):
+            batch = tf.shape(images)[0]
+            return {"detection_boxes": tf.zeros([batch, 100, 4]),
+                    "detection_scores": tf.zeros([batch, 100]),
+                    "num_detections": tf.zeros([batch])}
+
+    path = str(tmp_path / "od_api_detector")
+    tf.saved_model.save(Detector(), path)
+    with pytest.raises(ValueError, match="^%s is a detector, not features: .*fine-tune the "
+                       "released checkpoint --pretrained_ckpt=efficientdet-d0 instead$"
+                       % re.escape(path)):
+        EfficientDetNetTrainHub(module_config(), hub_module_url=path)
+
+
+def test_a_module_answers_as_its_plain_model_and_its_fine_tune_exports_to_tflite(tmp_path,
+                                                                                 batch):
+    """The contract the published Lite modules follow, held with a module built to it: with
+    the same weights the hub-based model and the plain model give equal outputs; the
+    fine-tuned weights carry the plain model's names, so the run loads into the plain
+    network (outputs equal again) and exports to a .tflite that passes its parity check."""
+    from efficientdet_keras import EfficientDetNet, restore_ckpt, save_ckpt
+    from efficientdet_keras.checkpoint import variable_name
+    from efficientdet_keras.exporters.hub_module import export_feature_module
+    from efficientdet_keras.training.hub_trainer import EfficientDetNetTrainHub
+    from efficientdet_keras.workflows.export import export
+
+    config = module_config()
+    plain = EfficientDetNet(config=config)
+    plain.build_variables()
+    rng = np.random.default_rng(5)
+    for variable in plain.variables:  # Away from the initial values, BatchNorm stats too.
+        variable.assign(variable.numpy() + rng.normal(0, 0.05, variable.shape).astype("float32"))
+    module = export_feature_module(plain, str(tmp_path / "module"))
+    hub_model = EfficientDetNetTrainHub(config, hub_module_url=module)
+    values = {variable_name(v): v.numpy() for v in plain.variables}
+    prefix = save_ckpt(plain, str(tmp_path / "plain" / "ckpt-1"), ema_values=values)
+    hub_model.load_pretrained(prefix)  # The prediction convs: the plain model's.
+    images = tf.random.uniform([2, 64, 64, 3], -1, 1, seed=2)
+
+    def assert_same_outputs(a, b):
+        for x, y in zip(tf.nest.flatten(a(images, training=False)),
+                        tf.nest.flatten(b(images, training=False))):
+            np.testing.assert_allclose(x.numpy(), y.numpy(), atol=2e-5)
+    assert_same_outputs(hub_model, plain)
+
+    hub_model.compile(optimizer=keras.optimizers.SGD(0.1), run_eagerly=True)
+    hub_model.fit(tf.data.Dataset.from_tensors(batch).repeat(2), epochs=1, verbose=0)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    config.save_yaml(str(run_dir))
+    trained = {variable_name(v): v.numpy() for v in hub_model.variables}
+    save_ckpt(hub_model, str(run_dir / "ckpt-2"), ema_values=trained)
+    assert not np.allclose(trained["class_net/class-predict/bias"],
+                           values["class_net/class-predict/bias"])
+
+    reloaded = EfficientDetNet(config=config)
+    restore_ckpt(reloaded, str(run_dir), use_ema=True)
+    assert_same_outputs(hub_model, reloaded)
+    result = export(str(run_dir), "tflite", str(tmp_path / "tflite"), precision="fp32")
+    assert result.parity and all(check.passed for check in result.parity), result.parity
+    assert os.path.getsize(result.path) > 0
