@@ -6,6 +6,7 @@ Fixtures and hooks live in conftest.py; tests import everything else from here.
 
 import contextlib
 import http.server
+import json
 import logging
 import os
 import random
@@ -204,6 +205,131 @@ class LoopbackServer:
     def __exit__(self, *exc):
         self._httpd.shutdown()
         self._httpd.server_close()
+
+
+KAGGLE_HANDLE = "tensorflow/efficientdet/tensorFlow2/lite0-feature-vector"
+KAGGLE_PAGE = "/models/" + KAGGLE_HANDLE + "/1"
+TFHUB_PATH = "/tensorflow/efficientdet/lite0/feature-vector/1"
+ARCHIVE_DOWNLOAD = "/api/v1/models/" + KAGGLE_HANDLE + "/1/download"
+KAGGLE_API = "/api/v1/models.ModelApiService/"
+
+
+class KaggleModelsStandIn:
+    """A loopback server answering as Kaggle Models does: tfhub.dev handles redirected to the
+    model's page URL, which serves the compressed module; the archive download URL redirected
+    to the archive in storage; and the JSON API kagglehub calls (the instance's current
+    version, its file list, each file's download redirected to storage)."""
+
+    def __init__(self, module_dir, archive_path):
+        files = {os.path.relpath(os.path.join(folder, name), module_dir).replace(os.sep, "/"):
+                 os.path.join(folder, name)
+                 for folder, _, names in os.walk(module_dir) for name in names}
+        with open(archive_path, "rb") as f:
+            archive = f.read()
+        self.requests = []
+        stand_in = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _send(self, status, body=b"", content_type="application/octet-stream",
+                      location=None):
+                self.send_response(status)
+                if location:
+                    self.send_header("Location", location)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                stand_in.requests.append(("GET", self.path))
+                path, _, query = self.path.partition("?")
+                if path == TFHUB_PATH:
+                    self._send(302, location=KAGGLE_PAGE + "?" + query)
+                elif path == KAGGLE_PAGE and "tf-hub-format=compressed" in query:
+                    self._send(200, archive, "application/x-tar")
+                elif path == ARCHIVE_DOWNLOAD:
+                    self._send(302, location="/storage/module.tar.gz")
+                elif path == "/storage/module.tar.gz":
+                    self._send(200, archive, "application/x-tar")
+                elif path.startswith("/storage/files/") and path[15:] in files:
+                    with open(files[path[15:]], "rb") as f:
+                        self._send(200, f.read())
+                else:
+                    self._send(404, b"not found", "text/plain")
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+                stand_in.requests.append(("POST", self.path))
+                if body.get("instanceSlug") != "lite0-feature-vector":
+                    return self._send(404, json.dumps({"code": 404, "message": "no such model"})
+                                      .encode(), "application/json")
+                answers = {
+                    "GetModelInstance": {"slug": "lite0-feature-vector", "versionNumber": 1},
+                    "ListModelInstanceVersionFiles": {
+                        "files": [{"name": n, "size": os.path.getsize(p)}
+                                  for n, p in sorted(files.items())], "nextPageToken": ""}}
+                call = self.path[len(KAGGLE_API):]
+                if call == "DownloadModelInstanceVersion":
+                    self._send(302, location="/storage/files/" + body["path"])
+                elif call in answers:
+                    self._send(200, json.dumps(answers[call]).encode(), "application/json")
+                else:
+                    self._send(404, b"{}", "application/json")
+
+            def log_message(self, *args):
+                pass
+
+        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self._httpd.server_address[1]
+
+    def __enter__(self):
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+@contextlib.contextmanager
+def kagglehub_pointed_at(url, cache):
+    """kagglehub (through kagglesdk's KAGGLE_API_ENVIRONMENT, its TEST environment's address
+    set to `url`) downloading into `cache`, without the user's credentials, in this block."""
+    from kagglesdk import kaggle_env
+    names = ("KAGGLE_API_ENVIRONMENT", "KAGGLEHUB_CACHE", "KAGGLE_CONFIG_DIR", "KAGGLE_USERNAME",
+             "KAGGLE_KEY", "KAGGLE_API_TOKEN")
+    saved = {name: os.environ.get(name) for name in names}
+    saved_endpoint = kaggle_env._env_to_endpoint[kaggle_env.KaggleEnv.TEST]
+    for name in names[3:]:
+        os.environ.pop(name, None)
+    os.environ.update(KAGGLE_API_ENVIRONMENT="TEST", KAGGLEHUB_CACHE=str(cache),
+                      KAGGLE_CONFIG_DIR=os.path.join(str(cache), "no_credentials"))
+    kaggle_env._env_to_endpoint[kaggle_env.KaggleEnv.TEST] = url
+    try:
+        yield
+    finally:
+        kaggle_env._env_to_endpoint[kaggle_env.KaggleEnv.TEST] = saved_endpoint
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def kagglehub_cache_with(module_dir, cache):
+    """`cache` filled by kagglehub itself with `module_dir` as KAGGLE_HANDLE version 1, as a
+    user's machine holds it after one download; later reads need no server. Returns the
+    module's folder there."""
+    import kagglehub
+    archive = os.path.join(str(cache) + "-archive", "module.tar.gz")
+    os.makedirs(os.path.dirname(archive), exist_ok=True)
+    with tarfile.open(archive, "w:gz") as packed:
+        for name in sorted(os.listdir(module_dir)):
+            packed.add(os.path.join(module_dir, name), arcname=name)
+    with KaggleModelsStandIn(module_dir, archive) as stand_in:
+        with kagglehub_pointed_at(stand_in.url, cache):
+            return kagglehub.model_download(KAGGLE_HANDLE + "/1")
+
 
 
 def write_release_archive(root, name, checkpoint_folder):

@@ -21,9 +21,9 @@ import subprocess
 import pytest
 
 from doc_blocks import all_blocks, exempt_commands, written_pages
-from helpers import (CLIENTS_PYTHON, HPARAMS_DIR, REFERENCE_DIR, REPO_ROOT, SMALL_NETWORK_HPARAMS,
-                     built_once_per_run, command_environment, released_models_served,
-                     write_backbone_checkpoint)
+from helpers import (CLIENTS_PYTHON, HPARAMS_DIR, REFERENCE_DIR, REPO_ROOT, SMALL_NETWORK,
+                     built_once_per_run, command_environment, kagglehub_cache_with,
+                     released_models_served, write_backbone_checkpoint)
 
 WORKED_EXAMPLE = ("docs/guides/training.md", "Fine-tuning a released checkpoint on your own data")
 BLOCKS = all_blocks()
@@ -42,8 +42,10 @@ STEPS = [step for b in BLOCKS for step in ([(b, None, None)] if b.language == "p
 # What the pages' commands expect from an earlier run: runs/demo, here a one-step demo of the
 # small network, so that the exports and evaluations the pages run on it trace a fraction of
 # D0's ops (no page's command trains on runs/demo, which would need the demo's own network).
+# It keeps D0's 64 feature channels, which a TF-Hub module of it must give to fine-tune as D0.
 TINY_DEMO = ("efficientdet-train --demo --demo_images=8 --num_epochs=1 "
-             "--hparams=steps_per_epoch=1,%s --model_dir=runs/demo" % SMALL_NETWORK_HPARAMS)
+             "--hparams=steps_per_epoch=1,%s --model_dir=runs/demo" % ",".join(
+                 "%s=%s" % item for item in dict(SMALL_NETWORK, fpn_num_filters=64).items()))
 # The front page is a front page: a reader finds the quick starts without scrolling far.
 README_MAX_LINES = 215
 
@@ -113,9 +115,30 @@ def released_models(tmp_path_factory):
     served = {"efficientdet-d0": reference,
               "efficientdet-lite0": os.path.join(REFERENCE_DIR, "efficientdet-lite0"),
               "efficientnet-b0": write_backbone_checkpoint(reference, os.path.join(mirror, "b0"))}
-    with released_models_served(os.path.join(mirror, "bucket"), served,
-                                os.path.join(mirror, "cache")) as server:
-        yield server
+    kaggle = built_once_per_run(tmp_path_factory, "kaggle-models", _fill_kagglehub_cache)
+    saved_cache = os.environ.get("KAGGLEHUB_CACHE")
+    os.environ["KAGGLEHUB_CACHE"] = os.path.join(kaggle, "cache")
+    try:
+        with released_models_served(os.path.join(mirror, "bucket"), served,
+                                    os.path.join(mirror, "cache")) as server:
+            yield server
+    finally:
+        if saved_cache is None:
+            os.environ.pop("KAGGLEHUB_CACHE")
+        else:
+            os.environ["KAGGLEHUB_CACHE"] = saved_cache
+
+
+def _fill_kagglehub_cache(folder):
+    """kagglehub's cache holding the Lite0 feature module the pages fine-tune by its Kaggle
+    handle, made from the reference Lite0 checkpoint and fetched by kagglehub from a stand-in
+    for Kaggle, as a machine holds it after one download: the pages' commands read it offline."""
+    from efficientdet_keras import EfficientDetNet, get_efficientdet_config, restore_ckpt
+    from efficientdet_keras.exporters.hub_module import export_feature_module
+    model = EfficientDetNet(config=get_efficientdet_config("efficientdet-lite0"))
+    restore_ckpt(model, os.path.join(REFERENCE_DIR, "efficientdet-lite0"), use_ema=True)
+    module = export_feature_module(model, os.path.join(folder, "module"))
+    kagglehub_cache_with(module, os.path.join(folder, "cache"))
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,8 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from helpers import LoopbackServer, tiny_config
+from helpers import (ARCHIVE_DOWNLOAD, KAGGLE_API, KAGGLE_HANDLE, KAGGLE_PAGE, TFHUB_PATH,
+                     KaggleModelsStandIn, LoopbackServer, kagglehub_pointed_at, tiny_config)
 
 HANDLE_PATH = "/efficientdet/lite0/feature-vector/1"
 
@@ -227,109 +228,18 @@ def test_the_uncompressed_load_format_needs_a_hub_that_redirects_to_gcs(server, 
 
 # --- Where the modules live today: Kaggle Models ---------------------------------------------
 
-KAGGLE_HANDLE = "tensorflow/efficientdet/tensorFlow2/lite0-feature-vector"
-KAGGLE_PAGE = "/models/" + KAGGLE_HANDLE + "/1"
-TFHUB_PATH = "/tensorflow/efficientdet/lite0/feature-vector/1"
-ARCHIVE_DOWNLOAD = "/api/v1/models/" + KAGGLE_HANDLE + "/1/download"
-KAGGLE_API = "/api/v1/models.ModelApiService/"
-
-
-class KaggleStandIn:
-    """A loopback server answering as Kaggle Models does: tfhub.dev handles redirected to the
-    model's page URL, which serves the compressed module; the archive download URL redirected
-    to the archive in storage; and the JSON API kagglehub calls (the instance's current
-    version, its file list, each file's download redirected to storage)."""
-
-    def __init__(self, module_dir, archive_path):
-        import http.server
-        import json
-        import threading
-        files = {os.path.relpath(os.path.join(folder, name), module_dir).replace(os.sep, "/"):
-                 os.path.join(folder, name)
-                 for folder, _, names in os.walk(module_dir) for name in names}
-        with open(archive_path, "rb") as f:
-            archive = f.read()
-        self.requests = []
-        stand_in = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _send(self, status, body=b"", content_type="application/octet-stream",
-                      location=None):
-                self.send_response(status)
-                if location:
-                    self.send_header("Location", location)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self):
-                stand_in.requests.append(("GET", self.path))
-                path, _, query = self.path.partition("?")
-                if path == TFHUB_PATH:
-                    self._send(302, location=KAGGLE_PAGE + "?" + query)
-                elif path == KAGGLE_PAGE and "tf-hub-format=compressed" in query:
-                    self._send(200, archive, "application/x-tar")
-                elif path == ARCHIVE_DOWNLOAD:
-                    self._send(302, location="/storage/module.tar.gz")
-                elif path == "/storage/module.tar.gz":
-                    self._send(200, archive, "application/x-tar")
-                elif path.startswith("/storage/files/") and path[15:] in files:
-                    with open(files[path[15:]], "rb") as f:
-                        self._send(200, f.read())
-                else:
-                    self._send(404, b"not found", "text/plain")
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
-                stand_in.requests.append(("POST", self.path))
-                if body.get("instanceSlug") != "lite0-feature-vector":
-                    return self._send(404, json.dumps({"code": 404, "message": "no such model"})
-                                      .encode(), "application/json")
-                answers = {
-                    "GetModelInstance": {"slug": "lite0-feature-vector", "versionNumber": 1},
-                    "ListModelInstanceVersionFiles": {
-                        "files": [{"name": n, "size": os.path.getsize(p)}
-                                  for n, p in sorted(files.items())], "nextPageToken": ""}}
-                call = self.path[len(KAGGLE_API):]
-                if call == "DownloadModelInstanceVersion":
-                    self._send(302, location="/storage/files/" + body["path"])
-                elif call in answers:
-                    self._send(200, json.dumps(answers[call]).encode(), "application/json")
-                else:
-                    self._send(404, b"{}", "application/json")
-
-            def log_message(self, *args):
-                pass
-
-        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = "http://127.0.0.1:%d" % self._httpd.server_address[1]
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self._httpd.shutdown()
-        self._httpd.server_close()
-
-
 @pytest.fixture(scope="module")
 def kaggle(served_root):
-    stand_in = KaggleStandIn(str(served_root.parent / "module"), str(served_root) + HANDLE_PATH)
-    yield stand_in
-    stand_in.close()
+    with KaggleModelsStandIn(str(served_root.parent / "module"),
+                             str(served_root) + HANDLE_PATH) as stand_in:
+        yield stand_in
 
 
 @pytest.fixture
-def kaggle_client(kaggle, tmp_path, monkeypatch):
-    """kagglehub pointed at the stand-in through kagglesdk's KAGGLE_API_ENVIRONMENT (its TEST
-    environment's address set to the server's), with a fresh cache and no credentials."""
-    from kagglesdk import kaggle_env
-    monkeypatch.setenv("KAGGLE_API_ENVIRONMENT", "TEST")
-    monkeypatch.setitem(kaggle_env._env_to_endpoint, kaggle_env.KaggleEnv.TEST, kaggle.url)
-    monkeypatch.setenv("KAGGLEHUB_CACHE", str(tmp_path / "kagglehub_cache"))
-    monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(tmp_path / "no_credentials"))
-    for name in ("KAGGLE_USERNAME", "KAGGLE_KEY", "KAGGLE_API_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    return tmp_path / "kagglehub_cache"
+def kaggle_client(kaggle, tmp_path):
+    """kagglehub pointed at the stand-in, with a fresh cache and no credentials."""
+    with kagglehub_pointed_at(kaggle.url, tmp_path / "kagglehub_cache"):
+        yield tmp_path / "kagglehub_cache"
 
 
 def fine_tune_two_steps(handle, batch):
