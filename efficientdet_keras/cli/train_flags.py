@@ -48,7 +48,8 @@ flags.DEFINE_string("backbone_ckpt", "", "Start a new detector from an ImageNet 
                     "path or a released name such as efficientnet-b0 (sets the config's "
                     "backbone_ckpt).")
 flags.DEFINE_string("hub_module_url", "", "Fine-tune a TF-Hub feature module (a path, file:// "
-                    "or hub URL) with new prediction heads.")
+                    "or http(s) URL, or a Kaggle Models handle owner/model/framework/variation/"
+                    "version) with new prediction heads.")
 flags.DEFINE_enum("strategy", "", ["", "gpus", "multi-worker", "tpu"],
                   "Distribution: default device, local GPUs, multi-worker or TPU.")
 flags.DEFINE_string("tpu", "", "--strategy=tpu: the Cloud TPU's name, its grpc://host:port "

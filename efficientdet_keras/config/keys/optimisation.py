@@ -101,8 +101,9 @@ KEYS = (
         "start from scratch. Not used with a pretrained checkpoint or when resuming."),
     ConfigKey(
         "hub_module_url", None, "str or null", ANY_VALUE,
-        "A TF-Hub EfficientDet feature module (a path, file:// or hub URL) to fine-tune with "
-        "new prediction layers; null: the package's own network."),
+        "A TF-Hub EfficientDet feature module (a path, file:// or http(s) URL, or a Kaggle "
+        "Models handle) to fine-tune with new prediction layers; null: the package's own "
+        "network."),
     # Its settings are checked by optimization_settings.py, from rules.validate_config.
     ConfigKey(
         "model_optimizations", {}, "dict", ANY_VALUE,
