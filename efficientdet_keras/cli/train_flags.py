@@ -34,6 +34,9 @@ flags.DEFINE_string("train_json", "", "COCO JSON of the training data (with --im
 flags.DEFINE_string("image_dir", "", "Image folder of --train_json.")
 flags.DEFINE_integer("batch_size", None, "Global batch size (default: the config's).")
 flags.DEFINE_integer("num_epochs", None, "Epochs (default: the config's).")
+flags.DEFINE_integer("patience", None, "Stop after this many COCO evaluations without a better "
+                     "validation AP, the best checkpoint archived (default: the config's, 0: "
+                     "off).")
 flags.DEFINE_integer("num_examples_per_epoch", None, "Images per epoch (default: count them; "
                      "--hparams=steps_per_epoch=N sets the steps instead).")
 flags.DEFINE_integer("eval_samples", None, "Evaluate on at most this many images "

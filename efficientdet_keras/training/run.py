@@ -31,6 +31,7 @@ from efficientdet_keras.data.pipeline import InputPipeline
 from efficientdet_keras.evaluation import COCOEvaluator
 from efficientdet_keras.training.backup import latest_backup_step
 from efficientdet_keras.training.callbacks import get_callbacks
+from efficientdet_keras.training.callbacks.plateau import plateau_reached
 from efficientdet_keras.training.nan_guard import fit_with_nan_recovery
 from efficientdet_keras.training.run_config import check_run_config, steps_per_epoch
 from efficientdet_keras.training.runtime import (check_batch_divisible, op_determinism,
@@ -170,8 +171,13 @@ class TrainingRun:
             finally:  # A non-chief worker's files were only there for the collective saves.
                 remove_write_dir(self.model_dir, self.strategy)
 
-    def _fit(self, verbose: Optional[int]) -> keras.callbacks.History:
+    def _fit(self, verbose: Optional[int]) -> Optional[keras.callbacks.History]:
         config = self.config
+        stopped = plateau_reached(config.get("patience", 0), self.model_dir)
+        if stopped:  # Its plateau ended it before: started again, it does not train on.
+            self.callbacks = []
+            print(stopped)
+            return None
         model = self.build_model()
         pipeline = self.train_pipeline()
         train_data = self.strategy.distribute_datasets_from_function(pipeline)

@@ -69,6 +69,11 @@ KEYS = (
         "num_epochs", 300, "int", integer_at_least(1),
         "Training epochs; the schedule ends at num_epochs x steps_per_epoch steps."),
     ConfigKey(
+        "patience", 0, "int", integer_at_least(0, note="0: off"),
+        "COCO evaluations in a row without a better validation AP after which training "
+        "stops, the best checkpoint archived (with map_freq 1, epochs); a resumed run keeps "
+        "the count; 0: train all num_epochs."),
+    ConfigKey(
         "batch_size", 64, "int", integer_at_least(1),
         "Global batch: images per step over all replicas together, divided evenly among "
         "them."),

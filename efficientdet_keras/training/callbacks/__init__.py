@@ -1,8 +1,9 @@
 """The Keras callbacks of a training run, and `get_callbacks`, their standard list.
 
 Each callback of a run's reports has its module here: COCOCallback (coco_evaluation),
-CheckpointCallback (checkpoints), ResultsCallback (results: model_dir/results.csv with its
-plots in model_dir/plots) and MLflowTracker (mlflow_tracker); reports/ writes the files they
+CheckpointCallback (checkpoints), StopOnPlateau (plateau: config.patience), ResultsCallback
+(results: model_dir/results.csv with its plots in model_dir/plots) and MLflowTracker
+(mlflow_tracker); reports/ writes the files they
 leave. The callbacks that make a run recoverable live with the mechanism they drive: StepBackup
 (training.backup), StopOnSignal (training.preemption) and NaNGuard (training.nan_guard).
 """
@@ -17,6 +18,7 @@ from efficientdet_keras.training.backup import BACKUP_DIR, StepBackup
 from efficientdet_keras.training.callbacks.checkpoints import CheckpointCallback
 from efficientdet_keras.training.callbacks.coco_evaluation import COCOCallback
 from efficientdet_keras.training.callbacks.mlflow_tracker import MLflowTracker
+from efficientdet_keras.training.callbacks.plateau import StopOnPlateau
 from efficientdet_keras.training.callbacks.results import ResultsCallback
 from efficientdet_keras.training.nan_guard import NaNGuard
 from efficientdet_keras.training.preemption import StopOnSignal
@@ -29,8 +31,8 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
                   on_second_interrupt=None):
     """The standard callback list for a training run in model_dir.
 
-    Order matters: COCO evaluation first, so the checkpoint archive, TensorBoard
-    and any user callback after them see val_AP in `logs`. StepBackup (a
+    Order matters: COCO evaluation first, so the checkpoint archive, StopOnPlateau (with
+    config.patience), TensorBoard and any user callback after them see val_AP in `logs`. StepBackup (a
     BackupAndRestore) in model_dir/backup makes an interrupted run resume at the
     step of its last backup (every config.backup_steps steps and at each epoch end),
     with optimizer state and EMA; StopOnSignal, after it, ends fit with TrainingStopped
@@ -67,6 +69,12 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
         callbacks.append(COCOCallback(config, val_dataset, evaluator, model_dir,
                                       max_images=eval_samples, eval_images=display_images))
     callbacks.append(CheckpointCallback(model_dir, archive_keep=archive_keep))
+    if config.get("patience"):
+        if val_dataset is None:
+            raise ValueError("patience=%d stops training on a validation AP that stops "
+                             "improving: it needs evaluation (validation data)"
+                             % config.patience)
+        callbacks.append(StopOnPlateau(config.patience, model_dir))
     # After the evaluation and checkpoint: the row holds val_AP and the epoch's whole time.
     callbacks.append(ResultsCallback(model_dir))
     if config.get("mlflow_tracking_uri") and is_chief(strategy):
