@@ -75,7 +75,7 @@ def main(argv):
     spec = DataSpec(FLAGS.data or None, FLAGS.demo, FLAGS.demo_images, **parts,
                     voc_origin=flag_groups.voc_origin(FLAGS.voc_pixel_origin))
     overrides = {"batch_size": FLAGS.batch_size, "num_epochs": FLAGS.num_epochs,
-                 "patience": FLAGS.patience,
+                 "patience": FLAGS.patience, "time_budget": FLAGS.time_budget,
                  "steps_per_execution": FLAGS.steps_per_execution, "jit_compile": FLAGS.use_xla,
                  "hub_module_url": FLAGS.hub_module_url or None,
                  "backbone_ckpt": FLAGS.backbone_ckpt or None,

@@ -10,7 +10,7 @@ from efficientdet_keras.config import Config, config_differences
 # Keys a re-run of a model_dir may change: how long it trains (extending a finished run),
 # how it runs, how often it evaluates and where it is tracked, not what the model is or how
 # it learns.
-RESUMABLE_KEYS = ("num_epochs", "patience", "steps_per_execution", "jit_compile", "strategy",
+RESUMABLE_KEYS = ("num_epochs", "patience", "time_budget", "steps_per_execution", "jit_compile", "strategy",
                   "map_freq", "backup_steps", "nan_recovery_attempts", "nan_recovery_lr_factor",
                   "deterministic", "mlflow_tracking_uri", "mlflow_experiment")
 

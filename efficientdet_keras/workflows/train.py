@@ -144,6 +144,7 @@ def _train(model_dir: str, spec: DataSpec, strategy, *, model, pretrained, hpara
            ) -> TrainResult:
     from efficientdet_keras.evaluation import check_source_ids_match
     from efficientdet_keras.training.run import TrainingRun
+    from efficientdet_keras.training.time_budget import TimeBudgetReached
     from efficientdet_keras.training.runtime import run_seed, run_settings as global_settings
     from efficientdet_keras.training.workers import write_dir
     from efficientdet_keras.utils.fileio import remove_stale_temporary_files
@@ -165,7 +166,11 @@ def _train(model_dir: str, spec: DataSpec, strategy, *, model, pretrained, hpara
                           strategy=strategy, pretrained_ckpt=pretrained or None,
                           steps_per_epoch=config.get("steps_per_epoch"), seed=seed,
                           **run_settings)
-        history = run.fit()
+        try:
+            history = run.fit()
+        except TimeBudgetReached as used_up:  # A planned end, its step backed up.
+            report("Stopped: %s" % used_up)
+            history = None
     return run_result(model_dir, run.callbacks, history)
 
 

@@ -74,6 +74,11 @@ KEYS = (
         "stops, the best checkpoint archived (with map_freq 1, epochs); a resumed run keeps "
         "the count; 0: train all num_epochs."),
     ConfigKey(
+        "time_budget", None, "float or null",
+        optional(POSITIVE_NUMBER, allowed="none or a positive number"),
+        "Hours of wall time the run may use, over all its restarts: it stops, backed up, at "
+        "the step after which the next would pass them; null: no limit."),
+    ConfigKey(
         "batch_size", 64, "int", integer_at_least(1),
         "Global batch: images per step over all replicas together, divided evenly among "
         "them."),

@@ -22,6 +22,7 @@ from efficientdet_keras.training.callbacks.plateau import StopOnPlateau
 from efficientdet_keras.training.callbacks.results import ResultsCallback
 from efficientdet_keras.training.nan_guard import NaNGuard
 from efficientdet_keras.training.preemption import StopOnSignal
+from efficientdet_keras.training.time_budget import StopAtTimeBudget
 from efficientdet_keras.training.workers import is_chief, write_dir
 
 
@@ -32,11 +33,12 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
     """The standard callback list for a training run in model_dir.
 
     Order matters: COCO evaluation first, so the checkpoint archive, StopOnPlateau (with
-    config.patience), TensorBoard and any user callback after them see val_AP in `logs`. StepBackup (a
-    BackupAndRestore) in model_dir/backup makes an interrupted run resume at the
-    step of its last backup (every config.backup_steps steps and at each epoch end),
-    with optimizer state and EMA; StopOnSignal, after it, ends fit with TrainingStopped
-    once a SIGTERM or Ctrl-C has its step backed up (`on_second_interrupt`: what a second
+    config.patience), TensorBoard and any user callback after them see val_AP in `logs`.
+    StepBackup (a BackupAndRestore) in model_dir/backup makes an interrupted run resume at
+    the step of its last backup (every config.backup_steps steps and at each epoch end),
+    with optimizer state and EMA; StopAtTimeBudget (with config.time_budget) and
+    StopOnSignal, after it, end fit with TimeBudgetReached once the budget is used, or
+    TrainingStopped once a SIGTERM or Ctrl-C, each with its step backed up (`on_second_interrupt`: what a second
     Ctrl-C does instead of raising KeyboardInterrupt; see preemption.StopSignals). NaNGuard, first, raises
     NonFiniteLossError after a step with a NaN or inf loss or gradient norm, before the
     epoch's evaluation, checkpoint or backup and before any step backup
@@ -85,5 +87,8 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
     # Last: its epoch-end backup comes after the epoch's evaluation and checkpoint.
     backup = StepBackup(backup_dir, config.get("backup_steps", 0), guard=guard)
     # After the backup: on SIGTERM or Ctrl-C, the step backed up, fit ends with TrainingStopped.
-    callbacks += [backup, StopOnSignal(backup, on_second_interrupt)]
+    callbacks.append(backup)
+    if config.get("time_budget"):  # After the backup, as StopOnSignal: the step is backed up.
+        callbacks.append(StopAtTimeBudget(config.time_budget, model_dir, backup))
+    callbacks.append(StopOnSignal(backup, on_second_interrupt))
     return callbacks

@@ -1,5 +1,6 @@
-"""patience: a run stops once its validation AP stops improving, the best checkpoint kept,
-and the count survives a restart of the run."""
+"""How long a run trains: patience stops it once its validation AP stops improving, the best
+checkpoint kept; time_budget stops it, backed up, before the hours it may use are passed. Both
+survive a restart of the run."""
 
 import json
 import os
@@ -98,3 +99,77 @@ def test_patience_without_evaluation_is_refused(tmp_path):
     with pytest.raises(ValueError, match="patience=3 .* needs evaluation"):
         get_callbacks(config, str(tmp_path))
     assert tf.executing_eagerly()
+
+
+# --- time_budget ------------------------------------------------------------------------------
+
+class FakeClock:
+    """time.monotonic for the budget's module: each training step takes one second."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+    def step(self, *args):
+        self.now += 1.0
+
+
+def fit_with_budget(tmp_path, budget_seconds, clock):
+    from efficientdet_keras.training.backup import StepBackup
+    from efficientdet_keras.training.time_budget import StopAtTimeBudget
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.layers.Dense(1, input_shape=(2,))])
+    model.compile(keras.optimizers.SGD(0.01), "mse")
+    backup = StepBackup(str(tmp_path / "backup"), 0)
+    budget = StopAtTimeBudget(budget_seconds / 3600.0, str(tmp_path), backup)
+    steps = keras.callbacks.LambdaCallback(on_train_batch_end=clock.step)
+    model.fit(np.ones([40, 2]), np.ones([40, 1]), batch_size=4, epochs=3, verbose=0,
+              callbacks=[steps, backup, budget])
+    return model
+
+
+@pytest.mark.quick
+def test_time_budget_stops_backed_up_within_one_step_and_counts_across_restarts(
+        tmp_path, monkeypatch):
+    from efficientdet_keras.training import time_budget
+    from efficientdet_keras.training.time_budget import TimeBudgetReached, time_used
+    clock = FakeClock()
+    monkeypatch.setattr(time_budget.time, "monotonic", clock)
+
+    # 10 steps an epoch of one second each, a budget of 15.5 s: step 16 would end at 16 s.
+    with pytest.raises(TimeBudgetReached, match=r"^the time budget of 0.0043\d* h is used "
+                       r"\(0.00 h\) after step 15, backed up in .*backup; raise time_budget"):
+        fit_with_budget(tmp_path, 15.5, clock)
+    assert time_used(str(tmp_path)) == pytest.approx(15.0)
+    assert os.listdir(tmp_path / "backup")  # The step was backed up: a restart resumes there.
+
+    # Started again with the same budget: nothing left, no step taken.
+    with pytest.raises(TimeBudgetReached, match="after step 15,"):
+        fit_with_budget(tmp_path, 15.5, clock)
+    assert time_used(str(tmp_path)) == pytest.approx(15.0)
+
+    # A larger budget resumes at step 16 and stops after step 20 (20 + 1 > 20.5), in the
+    # second epoch's last step: after that epoch's end.
+    with pytest.raises(TimeBudgetReached, match="after step 20,"):
+        fit_with_budget(tmp_path, 20.5, clock)
+    assert time_used(str(tmp_path)) == pytest.approx(20.0)
+
+
+def test_a_run_out_of_time_ends_backed_up_and_says_so(tmp_path):
+    from efficientdet_keras import train
+    from efficientdet_keras.training.time_budget import TIME_USED_FILE
+    data = str(tmp_path / "shapes")
+    dataset_layouts.write_yolo(data)
+    hparams = SMALL_NETWORK_HPARAMS + (",image_size=64,batch_size=2,num_epochs=2,"
+                                       "nms_configs.method=hard")
+    lines = []
+    # A budget of 0.36 s: the first step (its tracing) takes longer.
+    result = train(str(tmp_path / "run"), data=data, hparams=hparams, eval_images=0,
+                   config_overrides={"time_budget": 1e-4}, report=lines.append)
+    assert result.history is None and result.last_epoch is None
+    stop = [line for line in lines if line.startswith("Stopped: the time budget")]
+    assert stop and "after step 1, backed up in" in stop[0], lines
+    assert os.path.isfile(tmp_path / "run" / TIME_USED_FILE)
+    assert os.listdir(tmp_path / "run" / "backup")
