@@ -173,7 +173,24 @@ def write_model_dir(model_dir, config):
     return model
 
 
-class LoopbackServer:
+class ThreadedServer:
+    """An HTTP server on a free loopback port, answering from a thread while the block runs;
+    `url` is its base address. Subclasses give their request handler to `_serve`."""
+
+    def _serve(self, handler) -> None:
+        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = "http://127.0.0.1:%d" % self._httpd.server_address[1]
+
+    def __enter__(self):
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+class LoopbackServer(ThreadedServer):
     """An HTTP server on 127.0.0.1 serving `root` from a thread, recording each path asked
     for in `requests` (a stand-in for a model hub or a mirror; these machines have no
     network). Use as a context manager; `url` is its base address."""
@@ -195,16 +212,7 @@ class LoopbackServer:
             def log_message(self, *args):  # Quiet: the tests read `requests` instead.
                 pass
 
-        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = "http://127.0.0.1:%d" % self._httpd.server_address[1]
-
-    def __enter__(self):
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc):
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self._serve(Handler)
 
 
 KAGGLE_HANDLE = "tensorflow/efficientdet/tensorFlow2/lite0-feature-vector"
@@ -214,7 +222,7 @@ ARCHIVE_DOWNLOAD = "/api/v1/models/" + KAGGLE_HANDLE + "/1/download"
 KAGGLE_API = "/api/v1/models.ModelApiService/"
 
 
-class KaggleModelsStandIn:
+class KaggleModelsStandIn(ThreadedServer):
     """A loopback server answering as Kaggle Models does: tfhub.dev handles redirected to the
     model's page URL, which serves the compressed module; the archive download URL redirected
     to the archive in storage; and the JSON API kagglehub calls (the instance's current
@@ -279,16 +287,7 @@ class KaggleModelsStandIn:
             def log_message(self, *args):
                 pass
 
-        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = "http://127.0.0.1:%d" % self._httpd.server_address[1]
-
-    def __enter__(self):
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc):
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self._serve(Handler)
 
 
 @contextlib.contextmanager
