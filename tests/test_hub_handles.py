@@ -299,8 +299,8 @@ def test_kaggle_handle_failures_are_one_line(kaggle, kaggle_client, monkeypatch)
     assert is_kaggle_handle("tensorflow/efficientdet/tensorFlow2/lite0-feature-vector/1")
     assert not is_kaggle_handle("exported/module") and not is_kaggle_handle("http://a/b/c/d/1")
     with pytest.raises(ValueError, match=r"^Cannot load TF-Hub module tensorflow/efficientdet/"
-                       r"tensorFlow2/lite9-feature-vector/1 \(a Kaggle Models handle, read by "
-                       r"kagglehub\): .*404"):
+                       r"tensorFlow2/lite9-feature-vector/1: no such folder, and as a Kaggle "
+                       r"Models handle kagglehub says: .*404"):
         module_folder("tensorflow/efficientdet/tensorFlow2/lite9-feature-vector/1")
 
     real_import = builtins.__import__

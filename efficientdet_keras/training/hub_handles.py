@@ -59,8 +59,8 @@ def _kaggle_folder(handle: str) -> str:
     try:
         return kagglehub.model_download(handle)
     except Exception as e:  # kagglehub raises requests', its own and ValueError types.
-        raise ValueError("Cannot load TF-Hub module %s (a Kaggle Models handle, read by "
-                         "kagglehub): %s" % (handle, _first_line(e))) from None
+        raise ValueError("Cannot load TF-Hub module %s: no such folder, and as a Kaggle "
+                         "Models handle kagglehub says: %s" % (handle, _first_line(e))) from None
 
 
 def _first_line(error: Exception) -> str:
