@@ -17,7 +17,7 @@ Handles read:
 import math
 import os
 import re
-from typing import Optional, Sequence
+from typing import Sequence
 
 _KAGGLE_HANDLE = re.compile(r"^[\w.-]+/[\w.-]+/[\w.-]+/[\w.-]+(/\d+)?$")
 # What a finished detector returns: the keys of TF Object Detection API and of this
@@ -156,7 +156,7 @@ def _describe_levels(found, class_maps, box_maps) -> str:
                                             "/".join(map(str, channels)))
 
 
-def _models_like(found) -> Optional[str]:
+def _models_like(found) -> str:
     """', a module of efficientdet-lite2? Give that --model_name' when models of the family
     have those levels and channels; '' otherwise."""
     if not found or None in found or len({c for _, c in found}) != 1:
