@@ -1,4 +1,4 @@
-"""time_budget: a run that fits into the hours a user has (a notebook session, a preemptible
+"""time_budget: a run that fits into the hours a user has (a hosted notebook, a preemptible
 VM). StopAtTimeBudget ends fit with TimeBudgetReached at the step after which the next one
 would pass the budget, that step backed up; the time a run has used is kept in
 model_dir/time_used.json, so a run resumed after a kill or a stop counts it, and a run whose
