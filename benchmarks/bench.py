@@ -54,6 +54,10 @@ Benchmarks:
                validation images beside float32's (benchmarks/formats.py), recorded in
                --results_file.
 
+  class_rows   fine-tuning a checkpoint that knows two of the data's three class names: COCO
+               AP after the same steps with the class rows carried by name, skipped, or taken
+               by class count (benchmarks/class_rows.py), recorded in --results_file.
+
   open_data    a COCO folder of --open_data_images JPEGs: seconds to open it and read its
                records, and for describe() and its checks across splits
                (benchmarks/data_reading.py).
@@ -89,14 +93,14 @@ flags.DEFINE_enum("what", "postprocess",
                   ["postprocess", "pipeline", "eval", "train", "serve", "export", "kills",
                    "tflite",
                    "short_runs", "augment", "speed", "resize", "callbacks", "models",
-                   "formats", "openvino_int8", "open_data"],
+                   "formats", "openvino_int8", "open_data", "class_rows"],
                   "Which benchmark to run.")
 flags.DEFINE_list("models", ["efficientdet-d%s" % d for d in "01234567"] + [
     "efficientdet-d7x"] + ["efficientdet-lite%s" % d for d in ("0", "1", "2", "3", "3x", "4")],
     "models: the models to measure.")
 flags.DEFINE_string("results_file", RESULTS_PATH,
-                    "models, formats, openvino_int8: the results file the figures are "
-                    "recorded in.")
+                    "models, formats, openvino_int8, class_rows: the results file the figures "
+                    "are recorded in.")
 flags.DEFINE_string("results_entry", "format_table_demo",
                     "formats: the entry of the results file the table is recorded as.")
 flags.DEFINE_integer("eval_images", 500, "eval: how many synthetic images to evaluate.")
@@ -674,6 +678,19 @@ def bench_open_data(config):
     run(FLAGS.open_data_images, FLAGS.repeats)
 
 
+def bench_class_rows(config) -> None:
+    """Class rows by name against skipped and by-count heads (benchmarks/class_rows.py)."""
+    del config  # Each model builds its own config; --hparams is applied on top.
+    from benchmarks.class_rows import ClassRowsSettings, bench_class_rows as run, summary
+    from benchmarks.results import record
+    rows = run(os.path.join(FLAGS.data_dir, "class_rows"),
+               ClassRowsSettings(overrides=FLAGS.hparams))
+    medians = summary(rows)
+    print("median AP over the seeds: %s" % ", ".join("%s %.3f" % item
+                                                      for item in medians.items()))
+    record("class_rows", rows, speed.machine_line(), FLAGS.results_file)
+
+
 def main(argv):
     del argv
     from efficientdet_keras import get_efficientdet_config
@@ -694,7 +711,7 @@ def main(argv):
      "augment": bench_augment, "speed": bench_speed, "resize": bench_resize,
      "callbacks": bench_callbacks, "models": bench_models,
      "formats": bench_formats, "openvino_int8": bench_openvino_int8,
-     "open_data": bench_open_data}[FLAGS.what](config)
+     "open_data": bench_open_data, "class_rows": bench_class_rows}[FLAGS.what](config)
 
 
 def run():

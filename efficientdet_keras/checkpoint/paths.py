@@ -36,3 +36,17 @@ def resolve_checkpoint_path(path: str) -> str:
     if not tf.io.gfile.exists(path + ".index"):
         raise FileNotFoundError("Checkpoint %s does not exist (no %s.index)" % (path, path))
     return path
+
+
+def run_file_beside(ckpt: str, file_name: str) -> str:
+    """The path of a run's `file_name` (config.yaml, classes.json) for one of its checkpoints
+    ("" when there is none): in the checkpoint's folder, or above an archive folder
+    (<model_dir>/archive)."""
+    folder = ckpt if os.path.isdir(ckpt) else os.path.dirname(ckpt)
+    candidates = [folder]
+    if os.path.exists(os.path.join(folder, ARCHIVE_JSON)):
+        candidates.append(os.path.dirname(os.path.abspath(folder)))
+    for candidate in candidates:
+        if os.path.exists(os.path.join(candidate, file_name)):
+            return os.path.join(candidate, file_name)
+    return ""

@@ -13,6 +13,8 @@ import tensorflow as tf
 from absl import logging
 
 from efficientdet_keras.checkpoint.architecture import Architecture, infer_architecture
+from efficientdet_keras.checkpoint.class_rows import (ClassRows, class_channels, is_class_predict,
+                                                      rows_fit)
 from efficientdet_keras.checkpoint.download import checkpoint_location
 from efficientdet_keras.checkpoint.names import EMA_SUFFIX, variable_name, wrapper_state_variables
 from efficientdet_keras.checkpoint.paths import resolve_checkpoint_path
@@ -33,6 +35,7 @@ class RestoreReport:
     excluded: List[str] = dataclasses.field(default_factory=list)
     model_variables: int = 0
     backbone_only: bool = False  # The checkpoint holds an EfficientNet backbone and nothing else.
+    class_rows: Optional[ClassRows] = None  # The classes carried over by name, if any were.
 
     @property
     def skipped(self) -> List[str]:
@@ -45,7 +48,8 @@ class RestoreReport:
 
 def restore_ckpt(model, ckpt_path: str, use_ema: Optional[bool] = None,
                  skip_mismatch: bool = True, exclude: Optional[str] = None,
-                 allow_partial: bool = False) -> RestoreReport:
+                 allow_partial: bool = False,
+                 class_rows: Optional[ClassRows] = None) -> RestoreReport:
     """Loads a checkpoint into `model` by variable name.
 
     Args:
@@ -68,6 +72,10 @@ def restore_ckpt(model, ckpt_path: str, use_ema: Optional[bool] = None,
         an error naming the model the checkpoint looks like). A checkpoint
         holding only an EfficientNet backbone needs no flag: it must fill the
         backbone and the rest keeps its initial values.
+      class_rows: which model class starts from which checkpoint class (ClassRows); given,
+        the class-prediction layer takes the checkpoint's channels of those classes (at every
+        anchor) whatever the two class counts, and keeps its initial values for the other
+        classes (checkpoint/class_rows.py). None: it loads whole when its shape fits.
 
     Returns:
       A RestoreReport listing what was loaded and skipped.
@@ -90,12 +98,18 @@ def restore_ckpt(model, ckpt_path: str, use_ema: Optional[bool] = None,
         return _restore_object_based(model, path)
     use_ema = _resolve_use_ema(use_ema, ckpt_shapes, path)
     ckpt_arch = infer_architecture(ckpt_shapes)
-    report, assignments = _plan_restore(model, ckpt_shapes, path, use_ema, exclude)
+    report, assignments = _plan_restore(model, ckpt_shapes, path, use_ema, exclude,
+                                        class_rows.ids if class_rows is not None else None)
     report.backbone_only = ckpt_arch.backbone_only
+    if class_rows is not None and any(rows is not None for _, _, rows in assignments):
+        report.class_rows = class_rows
     _check_plan(model, report, ckpt_arch, ckpt_shapes, skip_mismatch, allow_partial)
     # Assign only once the whole plan is accepted: an error leaves the model as it was.
-    for variable, key in assignments:
-        variable.assign(reader.get_tensor(key))
+    for variable, key, rows in assignments:
+        value = reader.get_tensor(key)
+        if rows is not None:
+            value = class_channels(value, variable.numpy(), rows, _anchors_per_location(model))
+        variable.assign(value)
     _log_report(model, report, ckpt_arch, ckpt_shapes)
     return report
 
@@ -110,11 +124,12 @@ def _resolve_use_ema(use_ema: Optional[bool], ckpt_shapes: Mapping[str, list], p
 
 
 def _plan_restore(model, ckpt_shapes: Mapping[str, list], path: str, use_ema: bool,
-                  exclude: Optional[str]) -> Tuple[RestoreReport, List[Tuple[tf.Variable, str]]]:
+                  exclude: Optional[str], class_rows: Optional[Mapping[int, int]]
+                  ) -> Tuple[RestoreReport, List[Tuple[tf.Variable, str, Optional[Mapping]]]]:
     """Matches model variables with checkpoint keys by name and shape.
 
     Returns:
-      The report, and (variable, checkpoint key) pairs to assign. A variable
+      The report, and (variable, checkpoint key, class rows or None) to assign. A variable
       without an EMA entry takes its plain value.
     """
     exclude_pattern = re.compile(exclude) if exclude else None
@@ -131,16 +146,18 @@ def _plan_restore(model, ckpt_shapes: Mapping[str, list], path: str, use_ema: bo
         key = name + EMA_SUFFIX if use_ema and name + EMA_SUFFIX in ckpt_shapes else name
         if id(variable) in wrapper_state:
             if key in ckpt_shapes and variable.shape.as_list() == list(ckpt_shapes[key]):
-                assignments.append((variable, key))
+                assignments.append((variable, key, None))
             continue
         if key not in ckpt_shapes:
             report.missing.append(name)
             continue
         model_shape, ckpt_shape = variable.shape.as_list(), list(ckpt_shapes[key])
-        if model_shape != ckpt_shape:
+        rows = class_rows if class_rows is not None and is_class_predict(name) else None
+        if model_shape != ckpt_shape if rows is None else not rows_fit(
+                model_shape, ckpt_shape, rows, _anchors_per_location(model)):
             report.mismatched.append("%s: model %s vs checkpoint %s" % (name, model_shape, ckpt_shape))
             continue
-        assignments.append((variable, key))
+        assignments.append((variable, key, rows))
         (report.loaded_from_ema if key != name else report.loaded).append(name)
     return report, assignments
 
@@ -203,6 +220,9 @@ def _log_report(model, report: RestoreReport, ckpt_arch: Architecture,
     if report.backbone_only:
         notes.append("backbone-only checkpoint: %s" % ckpt_arch.describe())
     class_head = _class_head_note(model, report, ckpt_shapes)
+    if report.class_rows is not None:
+        class_head = "class head: %d of %d classes from the checkpoint's by name" % (
+            len(report.class_rows.ids), model.config.num_classes)
     if class_head:
         notes.append(class_head)
     if report.skipped:
@@ -228,6 +248,12 @@ def _class_head_note(model, report: RestoreReport, ckpt_shapes: Mapping[str, lis
             ckpt_outputs // anchors, num_classes)
     return "class head skipped: %d outputs in checkpoint, %d in model" % (ckpt_outputs,
                                                                         model_outputs)
+
+
+def _anchors_per_location(model) -> int:
+    """Anchors per location of the model's class head: its outputs over its class count."""
+    bias = [v for v in model.variables if variable_name(v).endswith(_CLASS_BIAS)]
+    return bias[0].shape[-1] // model.config.num_classes
 
 
 def _summarize(names: List[str], limit: int = 8) -> str:

@@ -79,6 +79,7 @@ def main(argv):
                  "steps_per_execution": FLAGS.steps_per_execution, "jit_compile": FLAGS.use_xla,
                  "hub_module_url": FLAGS.hub_module_url or None,
                  "backbone_ckpt": FLAGS.backbone_ckpt or None,
+                 "class_rows_by_name": FLAGS.class_rows_by_name,
                  "deterministic": FLAGS.deterministic,
                  "mlflow_tracking_uri": FLAGS.mlflow_tracking_uri or None}
     if FLAGS.mixed_precision is not None:

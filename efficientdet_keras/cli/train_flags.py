@@ -48,8 +48,11 @@ flags.DEFINE_integer("eval_images", 4, "At each COCO evaluation, draw this many 
                      "(ground truth beside the detections) into <model_dir>/eval_images (0: none).")
 flags.DEFINE_integer("steps_per_execution", None, "Steps per tf.function call (default: config).")
 flags.DEFINE_string("pretrained_ckpt", "", "A detector checkpoint to fine-tune (its EMA values): "
-                    "a path or a released name such as efficientdet-d0; the class head is "
-                    "skipped when the class count differs.")
+                    "a path or a released name such as efficientdet-d0; classes it knows by name "
+                    "keep its class rows, the others start new.")
+flags.DEFINE_bool("class_rows_by_name", None, "With --pretrained_ckpt: each class of the data "
+                  "that the checkpoint knows by name starts from its class rows (default: the "
+                  "config's, on); --noclass_rows_by_name keeps the class head by count.")
 flags.DEFINE_string("backbone_ckpt", "", "Start a new detector from an ImageNet backbone: a "
                     "path or a released name such as efficientnet-b0 (sets the config's "
                     "backbone_ckpt).")

@@ -120,15 +120,8 @@ def graph_file_runner(path: str, num_threads: Optional[int] = None, config_overr
 def config_beside_checkpoint(ckpt: str) -> str:
     """The config.yaml of the run a checkpoint belongs to ("" when there is none): in the
     checkpoint's folder, or above an archive folder (<model_dir>/archive)."""
-    from efficientdet_keras.checkpoint.archive import ARCHIVE_JSON
-    folder = ckpt if os.path.isdir(ckpt) else os.path.dirname(ckpt)
-    candidates = [folder]
-    if os.path.exists(os.path.join(folder, ARCHIVE_JSON)):
-        candidates.append(os.path.dirname(os.path.abspath(folder)))
-    for candidate in candidates:
-        if os.path.exists(os.path.join(candidate, CONFIG_FILE)):
-            return os.path.join(candidate, CONFIG_FILE)
-    return ""
+    from efficientdet_keras.checkpoint.paths import run_file_beside
+    return run_file_beside(ckpt, CONFIG_FILE)
 
 
 def checkpoint_config(ckpt: str, model_name: Optional[str], hparams):

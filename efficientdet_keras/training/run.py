@@ -114,7 +114,9 @@ class TrainingRun:
             else:
                 model = EfficientDetNetTrain(self.config)
             if self.pretrained_ckpt:
-                model.load_pretrained(self.pretrained_ckpt)  # The average restarts there too.
+                report = model.load_pretrained(self.pretrained_ckpt)  # The average too.
+                if report.class_rows is not None:
+                    print(report.class_rows.describe(self.pretrained_ckpt))
             elif self.config.get("backbone_ckpt"):
                 model.load_backbone(self.config.backbone_ckpt)
             model.compile(steps_per_epoch=self.steps_per_epoch)

@@ -12,7 +12,8 @@ from efficientdet_keras.config import Config, config_differences
 # it learns.
 RESUMABLE_KEYS = ("num_epochs", "patience", "time_budget", "steps_per_execution", "jit_compile", "strategy",
                   "map_freq", "backup_steps", "nan_recovery_attempts", "nan_recovery_lr_factor",
-                  "deterministic", "mlflow_tracking_uri", "mlflow_experiment")
+                  "deterministic", "mlflow_tracking_uri", "mlflow_experiment",
+                  "class_rows_by_name")
 
 
 class RunConfigMismatchError(ValueError):

@@ -98,13 +98,22 @@ class EfficientDetNetTrain(EfficientDetNet):
             them (what the released AP was measured with), False the plain values.
           allow_partial: accept a checkpoint that fills less than half of the variables.
 
-        Variables matching config.var_exclude_expr keep their initial values; a class head
-        of another class count is skipped (see restore_ckpt). Resuming an interrupted run
-        is not this: BackupAndRestore does it, with optimizer state and averages.
+        Variables matching config.var_exclude_expr keep their initial values. When the
+        checkpoint and the config's label_map both name their classes (and
+        config.class_rows_by_name is on), each class the checkpoint knows by name starts from
+        its rows of the class-prediction layer and the others from the focal-loss prior
+        (checkpoint/class_rows.py; the report's class_rows says which); otherwise a class head
+        of another class count is skipped (see restore_ckpt). Resuming an interrupted run is
+        not this: BackupAndRestore does it, with optimizer state and averages.
         """
+        class_rows = None
+        if self.config.get("class_rows_by_name", True):
+            from efficientdet_keras.checkpoint.class_rows import plan_class_rows
+            class_rows = plan_class_rows(ckpt_path, self.config.get("label_map"),
+                                         self.config.num_classes)
         report = restore_ckpt(self, ckpt_path, use_ema=use_ema,
                               exclude=self.config.get("var_exclude_expr"),
-                              allow_partial=allow_partial)
+                              allow_partial=allow_partial, class_rows=class_rows)
         if self.ema is not None:
             self.ema.reset_to_model()  # Average from the loaded weights, not the random ones.
         return report

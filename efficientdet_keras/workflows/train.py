@@ -93,7 +93,7 @@ def train(model_dir: str, *, data: Optional[str] = None, model: str = "efficient
         `open_dataset` says).
       model: the family member, efficientdet-d0 ... d7x, efficientdet-lite0 ... lite4.
       pretrained: a detector checkpoint to fine-tune (its EMA values): a path or a released
-        name such as "efficientdet-d0"; the class head is skipped when its size differs.
+        name such as "efficientdet-d0"; classes it knows by name keep its class rows.
       hparams: config overrides: "k=v,k2=v2", a YAML file (a path, or a packaged file's
         name such as "voc.yaml"), or a dict.
       evaluate: COCO evaluation after each epoch and the best-checkpoint archive.

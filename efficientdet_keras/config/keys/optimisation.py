@@ -101,6 +101,13 @@ KEYS = (
         "Regex (matched at the start of variable names) of the variables that stay fixed in "
         "training, their BatchNorms in inference mode; null: train all."),
     ConfigKey(
+        "class_rows_by_name", True, "bool", BOOLEAN,
+        "Fine-tuning a checkpoint that names its classes (a released one, a run of this "
+        "package) on data that names its own: each class the checkpoint knows by name (or "
+        "alias) starts from its rows of the class-prediction layer, the others from the "
+        "focal-loss prior; false: the class head loads whole when the class counts match and "
+        "is skipped when they do not."),
+    ConfigKey(
         "var_exclude_expr", None, "str (regex) or null", ANY_VALUE,
         "Regex of the variables that loading a pretrained checkpoint leaves at their initial "
         "values; null: load all that fit."),
