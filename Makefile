@@ -28,7 +28,7 @@ install: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade --quiet pip
-	$(BIN)/python -m pip install --quiet -e '.[test,fast_eval,tflite,reports,docs,onnx,openvino,trackers,kaggle]'
+	$(BIN)/python -m pip install --quiet -e '.[test,fast_eval,tflite,reports,docs,onnx,openvino,trackers,kaggle,tune]'
 	touch $(STAMP)
 
 demo: $(STAMP)

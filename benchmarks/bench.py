@@ -683,12 +683,12 @@ def bench_class_rows(config) -> None:
     del config  # Each model builds its own config; --hparams is applied on top.
     from benchmarks.class_rows import ClassRowsSettings, bench_class_rows as run, summary
     from benchmarks.results import record
-    rows = run(os.path.join(FLAGS.data_dir, "class_rows"),
-               ClassRowsSettings(overrides=FLAGS.hparams))
-    medians = summary(rows)
-    print("median AP over the seeds: %s" % ", ".join("%s %.3f" % item
-                                                      for item in medians.items()))
-    record("class_rows", rows, speed.machine_line(), FLAGS.results_file)
+    settings = ClassRowsSettings(overrides=FLAGS.hparams)
+    columns, cells = summary(run(os.path.join(FLAGS.data_dir, "class_rows"), settings), settings)
+    print("| %s |\n|%s" % (" | ".join(columns), "---|" * len(columns)))
+    for row in cells:
+        print("| %s |" % " | ".join(str(cell) for cell in row))
+    record("class_rows", cells, speed.machine_line(), FLAGS.results_file, columns=columns)
 
 
 def main(argv):

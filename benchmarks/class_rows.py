@@ -134,7 +134,22 @@ def bench_class_rows(data_dir: str, settings: ClassRowsSettings = ClassRowsSetti
     return rows
 
 
-def summary(rows: List[dict]) -> Dict[str, float]:
-    """The median AP of each arm over the seeds."""
+ARM_LABELS = {
+    "by_name": "carried by name (the default)",
+    "skipped": "left new (`var_exclude_expr` on them)",
+    "by_count": "taken by class count (`--noclass_rows_by_name`)",
+}
+
+
+def summary(rows: List[dict], settings: ClassRowsSettings):
+    """The table: (columns, one row of cells per arm) with each seed's AP and the median."""
     import statistics
-    return {arm: statistics.median(r["AP"] for r in rows if r["arm"] == arm) for arm in ARMS}
+    seeds = sorted({r["seed"] for r in rows})
+    columns = ["class rows, then %d fine-tuning steps" % settings.finetune_steps] + [
+        "AP, seed %d" % seed for seed in seeds] + ["median AP"]
+    cells = []
+    for arm in ARMS:
+        aps = {r["seed"]: r["AP"] for r in rows if r["arm"] == arm}
+        cells.append([ARM_LABELS[arm]] + ["%.3f" % aps[seed] for seed in seeds] +
+                     ["%.3f" % statistics.median(aps.values())])
+    return columns, cells

@@ -12,7 +12,7 @@ import json
 import os
 import subprocess
 import sys
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_PATH = os.path.join(REPO_ROOT, "benchmarks", "results.json")
@@ -49,13 +49,15 @@ def command_line() -> str:
     return " ".join(["python", program] + sys.argv[1:])
 
 
-def record(name: str, rows: List[dict], machine: str, path: str = RESULTS_PATH) -> dict:
+def record(name: str, rows: List, machine: str, path: str = RESULTS_PATH,
+           columns: Optional[List[str]] = None) -> dict:
     """Writes entry `name` (replacing an older one) with today's date, the commit, the
-    command and `machine`; returns it."""
+    command and `machine`; returns it. With `columns`, `rows` are the cells of the table the
+    page shows."""
     results = load_results(path)
     entry = {"date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
              "commit": current_commit(), "command": command_line(), "machine": machine,
-             "rows": rows}
+             "rows": rows, **({"columns": columns} if columns else {})}
     results[name] = entry
     temporary = path + ".tmp"
     with open(temporary, "w", encoding="utf-8") as f:

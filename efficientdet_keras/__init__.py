@@ -22,6 +22,7 @@ _EXPORTS = {
     "train": "workflows.train", "evaluate": "workflows.evaluate", "export": "workflows.export",
     "TrainResult": "workflows.train", "EvalResult": "workflows.evaluate",
     "ExportResult": "workflows.export", "FORMATS": "workflows.formats",
+    "tune": "workflows.tune", "TuneResult": "workflows.tune",
     # Config.
     "Config": "config", "MODEL_NAMES": "config", "get_efficientdet_config": "config",
     "validate_config": "config",

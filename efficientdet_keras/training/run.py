@@ -19,7 +19,7 @@ Each step has one method, so a caller can take the pieces it needs:
 
 import contextlib
 import sys
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 import tf_keras as keras
@@ -64,6 +64,8 @@ class TrainingRun:
       overwrite_config: allow a config.yaml that differs in keys that are not resumable.
       on_second_interrupt: what a second Ctrl-C during fit does, for a program that owns its
         process (preemption.StopSignals); None raises KeyboardInterrupt.
+      callbacks: Keras callbacks of the caller's, run after the run's own (so their `logs`
+        hold val_AP after each evaluation).
     """
 
     def __init__(self, config: Config, model_dir: str, train_source, val_source=None,
@@ -72,7 +74,8 @@ class TrainingRun:
                  num_examples_per_epoch: Optional[int] = None, eval_samples: Optional[int] = None,
                  eval_images: int = 4, archive_keep: int = 3, profile: bool = False,
                  seed: Optional[int] = None, overwrite_config: bool = False,
-                 on_second_interrupt: Optional[Callable[[], None]] = None):
+                 on_second_interrupt: Optional[Callable[[], None]] = None,
+                 callbacks: Sequence[keras.callbacks.Callback] = ()):
         self.config = config
         self.model_dir = model_dir
         self.on_second_interrupt = on_second_interrupt
@@ -94,6 +97,7 @@ class TrainingRun:
         self.overwrite_config = overwrite_config
         self._steps_per_epoch = steps_per_epoch
         self.callbacks: List[keras.callbacks.Callback] = []
+        self.user_callbacks = list(callbacks)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -187,6 +191,7 @@ class TrainingRun:
         self.callbacks = self.build_callbacks(val_data, evaluator)
         self.callbacks.append(keras.callbacks.LambdaCallback(  # The data report of each epoch.
             on_epoch_end=lambda epoch, logs: pipeline.health.log_summary()))
+        self.callbacks += self.user_callbacks
         print("Training %s for %d epochs of %d steps (batch %d, %d replica(s)) in %s"
               % (config.name, config.num_epochs, self.steps_per_epoch, config.batch_size,
                  self.strategy.num_replicas_in_sync, self.model_dir))

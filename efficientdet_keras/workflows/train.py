@@ -12,7 +12,7 @@ is `training.run.TrainingRun`; this module finds its data, classes and config.
 
 import dataclasses
 import os
-from typing import Callable, Dict, Iterable, Optional
+from typing import Callable, Dict, Iterable, Optional, Sequence
 
 from efficientdet_keras.workflows.train_data import (DataSpec, find_training_data,
                                                      write_demo_data)
@@ -80,7 +80,7 @@ def train(model_dir: str, *, data: Optional[str] = None, model: str = "efficient
           eval_images: int = 4, archive_keep: int = 3, profile: bool = False,
           overwrite_config: bool = False, config_overrides: Optional[dict] = None,
           on_second_interrupt: Optional[Callable[[], None]] = None,
-          report: Callable[[str], None] = print) -> TrainResult:
+          callbacks: Sequence = (), report: Callable[[str], None] = print) -> TrainResult:
     """Trains (and evaluates after each epoch) a detector in `model_dir`; resumes a run there.
 
     Args:
@@ -110,6 +110,7 @@ def train(model_dir: str, *, data: Optional[str] = None, model: str = "efficient
       overwrite_config: allow a config.yaml that differs in keys a resumed run keeps.
       on_second_interrupt: what a second Ctrl-C during fit does (None: KeyboardInterrupt).
       config_overrides: config keys set after `hparams` (batch_size, num_epochs, ...).
+      callbacks: Keras callbacks run after the run's own; their `logs` hold val_AP.
       report: called with each line worth showing (the dataset found).
 
     Returns:
@@ -130,7 +131,7 @@ def train(model_dir: str, *, data: Optional[str] = None, model: str = "efficient
                     eval_samples=eval_samples, eval_images=eval_images,
                     archive_keep=archive_keep, profile=profile,
                     overwrite_config=overwrite_config, config_overrides=config_overrides,
-                    on_second_interrupt=on_second_interrupt, report=report,
+                    on_second_interrupt=on_second_interrupt, callbacks=callbacks, report=report,
                     strategy_name=strategy_name)
     # A non-chief worker writes into its own folder: it takes no lock.
     if not is_chief(strategy):
