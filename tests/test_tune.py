@@ -85,6 +85,8 @@ def test_a_killed_search_continues_its_second_trial_and_its_settings_train(tmp_p
     repeated = next(t for t in study.trials if t.state.name != "FAIL" and
                     t.user_attrs["folder"] == 1)
     assert repeated.params == killed.params and repeated.number == 2
+    params = [t.params for t in study.trials if t.state.name != "FAIL"]
+    assert params[0] != params[2]  # The continued search draws new settings.
 
     with open(os.path.join(search, "trials.csv")) as f:
         rows = list(csv.DictReader(f))

@@ -123,8 +123,10 @@ def tune(model_dir: str, *, trials: int = 10, data: Optional[str] = None,
         study = optuna.create_study(
             storage="sqlite:///%s" % os.path.abspath(os.path.join(model_dir, STUDY_FILE)),
             study_name=STUDY_NAME, direction="maximize", load_if_exists=True,
-            sampler=optuna.samplers.TPESampler(seed=seed),
             pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=1))
+        # Seeded past the trials already drawn: a continued search does not draw them again.
+        study.sampler = optuna.samplers.TPESampler(
+            seed=seed + len(study.get_trials(deepcopy=False)))
         _repeat_cut_off_trials(study, report)
         done = _finished(study)
         if done < trials:
