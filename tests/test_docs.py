@@ -22,7 +22,7 @@ import pytest
 
 from doc_blocks import all_blocks, exempt_commands, written_pages
 from helpers import (CLIENTS_PYTHON, HPARAMS_DIR, REFERENCE_DIR, REPO_ROOT, SMALL_NETWORK,
-                     built_once_per_run, command_environment, kagglehub_cache_with,
+                     built_once_per_run, command_environment,
                      released_models_served, write_backbone_checkpoint)
 
 WORKED_EXAMPLE = ("docs/guides/training.md", "Fine-tuning a released checkpoint on your own data")
@@ -115,30 +115,9 @@ def released_models(tmp_path_factory):
     served = {"efficientdet-d0": reference,
               "efficientdet-lite0": os.path.join(REFERENCE_DIR, "efficientdet-lite0"),
               "efficientnet-b0": write_backbone_checkpoint(reference, os.path.join(mirror, "b0"))}
-    kaggle = built_once_per_run(tmp_path_factory, "kaggle-models", _fill_kagglehub_cache)
-    saved_cache = os.environ.get("KAGGLEHUB_CACHE")
-    os.environ["KAGGLEHUB_CACHE"] = os.path.join(kaggle, "cache")
-    try:
-        with released_models_served(os.path.join(mirror, "bucket"), served,
-                                    os.path.join(mirror, "cache")) as server:
-            yield server
-    finally:
-        if saved_cache is None:
-            os.environ.pop("KAGGLEHUB_CACHE")
-        else:
-            os.environ["KAGGLEHUB_CACHE"] = saved_cache
-
-
-def _fill_kagglehub_cache(folder):
-    """kagglehub's cache holding the Lite0 feature module the pages fine-tune by its Kaggle
-    handle, made from the reference Lite0 checkpoint and fetched by kagglehub from a stand-in
-    for Kaggle, as a machine holds it after one download: the pages' commands read it offline."""
-    from efficientdet_keras import EfficientDetNet, get_efficientdet_config, restore_ckpt
-    from efficientdet_keras.exporters.hub_module import export_feature_module
-    model = EfficientDetNet(config=get_efficientdet_config("efficientdet-lite0"))
-    restore_ckpt(model, os.path.join(REFERENCE_DIR, "efficientdet-lite0"), use_ema=True)
-    module = export_feature_module(model, os.path.join(folder, "module"))
-    kagglehub_cache_with(module, os.path.join(folder, "cache"))
+    with released_models_served(os.path.join(mirror, "bucket"), served,
+                                os.path.join(mirror, "cache")) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

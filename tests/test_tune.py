@@ -19,7 +19,8 @@ optuna = pytest.importorskip("optuna", reason="the tune extra (optuna) is not in
 from efficientdet_keras.workflows.tune import (FREEZE_CHOICES, SEARCH_SPACE,  # noqa: E402
                                                trial_config_values, tune)
 
-TINY = dict(demo=True, demo_images=8, hparams="steps_per_epoch=1," + SMALL_NETWORK_HPARAMS,
+TINY = dict(demo=True, demo_images=8,
+            hparams="steps_per_epoch=1,image_size=128," + SMALL_NETWORK_HPARAMS,
             config_overrides={"num_epochs": 1}, eval_images=0)
 SEARCH = ("from efficientdet_keras.workflows.tune import tune\n"
           "tune(%r, trials=3, demo=True, demo_images=8, hparams=%r, "
