@@ -61,7 +61,7 @@ def with_help(command: str, flag_name: str, text: str) -> list:
 
 
 def test_page_has_a_section_per_console_script_in_setup_cfg_order(page):
-    assert len(COMMANDS) == 9
+    assert len(COMMANDS) == 10
     assert list(page_sections(page)) == COMMANDS
 
 
