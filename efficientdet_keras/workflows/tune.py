@@ -114,7 +114,7 @@ def tune(model_dir: str, *, trials: int = 10, data: Optional[str] = None,
       **train_settings: other `train` arguments (eval_samples, eval_images, ...).
 
     Raises:
-      ImportError naming the extra to install when Optuna is missing.
+      ImportError: Optuna is missing (the message names the extra to install).
     """
     optuna = _import_optuna()
     from efficientdet_keras.utils.run_lock import RunLock
