@@ -197,3 +197,20 @@ def test_a_released_name_is_read_with_cocos_names(reference_dir, tmp_path, monke
     assert rows.ids == {1: 18, 2: 5} and rows.checkpoint_names == COCO_LABEL_MAP
     assert plan_class_rows("efficientdet-d0", "coco", 90) is None  # COCO's own: all of it.
     assert plan_class_rows("efficientdet-d0", None, 3) is None  # Data without names.
+
+
+def test_rows_are_carried_into_mirrored_variables(shapes_run, two_cpu_strategy):
+    """Under MirroredStrategy (as a multi-GPU run builds its model) both replicas get the
+    carried rows."""
+    run, prefix = shapes_run
+    reader = tf.train.load_checkpoint(prefix)
+    with two_cpu_strategy.scope():
+        model = small_trainer({1: "circle", 2: "widget"})
+        report = model.load_pretrained(run)
+    assert report.class_rows.ids == {1: 1}
+    bias = next(v for v in model.variables
+                if variable_name(v) == "class_net/class-predict/bias")
+    for replica_value in two_cpu_strategy.experimental_local_results(bias):
+        np.testing.assert_array_equal(
+            channels(replica_value.numpy(), 1, 2),
+            channels(reader.get_tensor("class_net/class-predict/bias"), 1, 3))
