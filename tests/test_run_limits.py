@@ -116,18 +116,84 @@ class FakeClock:
         self.now += 1.0
 
 
-def fit_with_budget(tmp_path, budget_seconds, clock):
+def fit_with_budget(tmp_path, budget_seconds, clock, learning_rate=0.01, recorder=None):
     from efficientdet_keras.training.backup import StepBackup
     from efficientdet_keras.training.time_budget import StopAtTimeBudget
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.layers.Dense(1, input_shape=(2,))])
-    model.compile(keras.optimizers.SGD(0.01), "mse")
+    model.compile(keras.optimizers.SGD(learning_rate), "mse")
     backup = StepBackup(str(tmp_path / "backup"), 0)
     budget = StopAtTimeBudget(budget_seconds / 3600.0, str(tmp_path), backup)
     steps = keras.callbacks.LambdaCallback(on_train_batch_end=clock.step)
+    callbacks = [steps] + ([recorder] if recorder else []) + [backup, budget]
     model.fit(np.ones([40, 2]), np.ones([40, 1]), batch_size=4, epochs=3, verbose=0,
-              callbacks=[steps, backup, budget])
+              callbacks=callbacks)
     return model
+
+
+class RatesUsed(keras.callbacks.Callback):
+    """The learning rate of each step, as the optimizer used it."""
+
+    def __init__(self):
+        super().__init__()
+        self.rates = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.rates.append(float(self.model.optimizer.learning_rate))
+
+
+def cosine(pace=None):
+    """The planned schedule of the budget tests: 30 steps, a warm-up of 2, peak 1."""
+    from efficientdet_keras.training.optimizers import CosineDecaySchedule
+    from efficientdet_keras.training.schedule_pace import PacedSchedule, SchedulePace
+    return PacedSchedule(CosineDecaySchedule(1.0, 0.1, 2, 30), pace or SchedulePace())
+
+
+@pytest.mark.quick
+def test_a_paced_schedule_goes_on_from_where_it_stands_and_ends_where_told():
+    from efficientdet_keras.training.schedule_pace import SchedulePace
+    pace = SchedulePace()
+    schedule = cosine(pace)
+    planned = [float(schedule(step)) for step in range(31)]
+    # In the warm-up: the warm-up keeps its 2 steps, the decay's 28 go into 10 - 2.
+    assert pace.fit(1, steps_left=9, warmup_steps=2, total_steps=30) == pytest.approx(3.5)
+    assert [float(schedule(s)) for s in range(3)] == pytest.approx(planned[:3])
+    assert float(schedule(6)) == pytest.approx(planned[2 + 14])  # Halfway through the decay.
+    assert float(schedule(10)) == pytest.approx(0.0, abs=1e-6)
+    # Fitted again at step 6 with 8 steps left: from the same rate on, to its end at step 14.
+    before = float(schedule(6))
+    assert pace.fit(6, steps_left=8, warmup_steps=2, total_steps=30) == pytest.approx(14 / 8)
+    assert float(schedule(6)) == pytest.approx(before)
+    assert float(schedule(14)) == pytest.approx(0.0, abs=1e-6)
+    # More room than the plan has: the plan's own end at step 30, never later.
+    assert pace.fit(6, steps_left=100, warmup_steps=2, total_steps=30) == pytest.approx(14 / 24)
+    assert float(schedule(6)) == pytest.approx(before)
+    assert float(schedule(30)) == pytest.approx(0.0, abs=1e-6)
+    # Serialised with its pace: a rebuilt optimizer goes on at the same rates.
+    rebuilt = type(schedule).from_config(schedule.get_config())
+    assert [float(rebuilt(s)) for s in (7, 20, 29)] == pytest.approx(
+        [float(schedule(s)) for s in (7, 20, 29)])
+
+
+@pytest.mark.quick
+def test_a_time_budget_fits_the_decay_into_the_steps_it_leaves(tmp_path, monkeypatch):
+    from efficientdet_keras.training import time_budget
+    from efficientdet_keras.training.time_budget import TimeBudgetReached
+    clock = FakeClock()
+    monkeypatch.setattr(time_budget.time, "monotonic", clock)
+    planned = cosine()
+    recorder = RatesUsed()
+    # 30 planned steps of one second, a budget of 15.5 s: fitted after step 3 (12.5 s left),
+    # the decay ends at step 15.5; the run stops after step 15.
+    with pytest.raises(TimeBudgetReached, match="after step 15,"):
+        fit_with_budget(tmp_path, 15.5, clock, learning_rate=cosine(), recorder=recorder)
+    rates = recorder.rates
+    assert len(rates) == 15
+    assert rates[:3] == pytest.approx([float(planned(s)) for s in range(3)])
+    assert all(b <= a + 1e-6 for a, b in zip(rates[2:], rates[3:]))  # No jump up.
+    assert rates[-1] < 0.05 < 0.5 < float(planned(14))  # Near the end, not halfway.
+    pace = recorder.model.optimizer._learning_rate.pace.values()
+    assert pace["rate"] == pytest.approx(27 / 12.5)
 
 
 @pytest.mark.quick
@@ -157,19 +223,68 @@ def test_time_budget_stops_backed_up_within_one_step_and_counts_across_restarts(
     assert time_used(str(tmp_path)) == pytest.approx(20.0)
 
 
-def test_a_run_out_of_time_ends_backed_up_and_says_so(tmp_path):
-    from efficientdet_keras import train
+class BatchClock(keras.callbacks.Callback):
+    """Moves a FakeClock one second at each step's start (after StopAtTimeBudget has read
+    it: the package's callbacks come first), so that each step takes one second."""
+
+    def __init__(self, clock):
+        super().__init__()
+        self.clock = clock
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.clock.step()
+
+
+def test_a_run_out_of_time_ends_backed_up_on_a_fitted_schedule_and_resumes_on_it(
+        tmp_path, monkeypatch):
+    from efficientdet_keras import get_efficientdet_config, train
+    from efficientdet_keras.training import time_budget
+    from efficientdet_keras.training.optimizers import learning_rate_schedule
+    from efficientdet_keras.training.schedule_pace import PacedSchedule, SchedulePace
     from efficientdet_keras.training.time_budget import TIME_USED_FILE
+    clock = FakeClock()
+    monkeypatch.setattr(time_budget.time, "monotonic", clock)
     data = str(tmp_path / "shapes")
-    dataset_layouts.write_yolo(data)
-    hparams = SMALL_NETWORK_HPARAMS + (",image_size=64,batch_size=2,num_epochs=2,"
-                                       "nms_configs.method=hard")
-    lines = []
-    # A budget of 0.36 s: the first step (its tracing) takes longer.
-    result = train(str(tmp_path / "run"), data=data, hparams=hparams, eval_images=0,
-                   config_overrides={"time_budget": 1e-4}, report=lines.append)
+    dataset_layouts.write_yolo(data)  # 8 training images: 4 steps an epoch of batch 2.
+    hparams = SMALL_NETWORK_HPARAMS + (",image_size=64,batch_size=2,num_epochs=3,"
+                                       "lr_warmup_epoch=0.25,nms_configs.method=hard")
+    run = str(tmp_path / "run")
+    lines, first = [], RatesUsed()
+    # 12 planned steps of one second, 6.5 s: fitted after step 3 (the decay's 9 planned steps
+    # into the 3.5 left); stopped after step 6, as step 7 would end at 7 s.
+    result = train(run, data=data, hparams=hparams, eval_images=0, report=lines.append,
+                   config_overrides={"time_budget": 6.5 / 3600},
+                   callbacks=[first, BatchClock(clock)])
     assert result.history is None and result.last_epoch is None
     stop = [line for line in lines if line.startswith("Stopped: the time budget")]
-    assert stop and "after step 1, backed up in" in stop[0], lines
-    assert os.path.isfile(tmp_path / "run" / TIME_USED_FILE)
-    assert os.listdir(tmp_path / "run" / "backup")
+    assert stop and "after step 6, backed up in" in stop[0], lines
+    assert os.path.isfile(os.path.join(run, TIME_USED_FILE))
+    backup = tf.train.load_checkpoint(tf.train.latest_checkpoint(
+        os.path.join(run, "backup", "chief")))
+    pace = {name: float(backup.get_tensor("model/schedule_pace/%s/.ATTRIBUTES/VARIABLE_VALUE"
+                                          % name))
+            for name in ("anchor_step", "anchor_position", "rate")}
+    # Fitted after step 3 and again after step 5 (the first of epoch 2, whose end took no
+    # time): the same rate, anchored where the run stood.
+    assert pace == pytest.approx({"anchor_step": 5, "anchor_position": 3 + 2 * 9 / 3.5,
+                                  "rate": 9 / 3.5}, rel=1e-5)
+    config = get_efficientdet_config("efficientdet-d0")
+    config.override(hparams)
+    planned = learning_rate_schedule(config, 4)
+    stopped = PacedSchedule(planned, SchedulePace(**pace))
+    fitted = PacedSchedule(planned, SchedulePace(3, 3, 9 / 3.5))
+    # Steps 1-5 (the stop raised before step 6's end reached the callbacks after it).
+    assert first.rates == pytest.approx([float(fitted(s)) for s in range(5)], rel=1e-5)
+    assert first.rates[-1] < 0.8 * float(planned(4))  # The planned decay would be higher.
+
+    # Resumed with 6 s more: the rest of the decay spread over the 6 steps the run has left,
+    # going on from the rate the stopped run would have taken next, down to its end.
+    again = RatesUsed()
+    result = train(run, data=data, hparams=hparams, eval_images=0, report=lines.append,
+                   config_overrides={"time_budget": 12.5 / 3600},
+                   callbacks=[again, BatchClock(clock)])
+    assert result.last_epoch == 3 and len(again.rates) == 6
+    assert again.rates[0] == pytest.approx(float(stopped(6)), rel=1e-5)
+    assert all(b <= a for a, b in zip(again.rates, again.rates[1:]))
+    assert again.rates[-1] < 0.01 * float(planned(1))
+

@@ -38,8 +38,8 @@ flags.DEFINE_integer("patience", None, "Stop after this many COCO evaluations wi
                      "validation AP, the best checkpoint archived (default: the config's, 0: "
                      "off).")
 flags.DEFINE_float("time_budget", None, "Hours the run may use over all its restarts; it stops "
-                   "backed up at the step before the budget would pass (default: the "
-                   "config's, none).")
+                   "backed up at the step before the budget would pass, its learning-rate "
+                   "decay fitted into the steps left (default: the config's, none).")
 flags.DEFINE_integer("num_examples_per_epoch", None, "Images per epoch (default: count them; "
                      "--hparams=steps_per_epoch=N sets the steps instead).")
 flags.DEFINE_integer("eval_samples", None, "Evaluate on at most this many images "

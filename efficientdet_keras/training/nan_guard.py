@@ -32,6 +32,7 @@ import tf_keras as keras
 from absl import logging
 
 from efficientdet_keras.training.optimizers import ScaledSchedule
+from efficientdet_keras.training.state_variables import replica_local_variable, scalar_variable
 
 
 class NonFiniteLossError(ValueError):
@@ -80,22 +81,6 @@ MAX_OVERFLOW_SKIPS = 10
 NONFINITE_CHECK_STEPS = 100
 
 
-def _scalar_variable(value, dtype, name: str) -> tf.Variable:
-    """A variable every replica holds the same value of (the first replica's writes win)."""
-    return tf.Variable(tf.constant(value, dtype), trainable=False, name=name,
-                       aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-
-
-def _replica_local_variable(value, dtype, name: str) -> tf.Variable:
-    """A variable each replica writes on its own, in its step, without merge_call (which
-    XLA-compiled replica steps on GPUs cannot make). The replicas write the same values
-    (what they record is decided on all-reduced values), so a read takes the first one's,
-    with no cross-device or cross-worker traffic."""
-    return tf.Variable(tf.constant(value, dtype), trainable=False, name=name,
-                       synchronization=tf.VariableSynchronization.ON_READ,
-                       aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-
-
 class NonFiniteRecord(tf.Module):
     """What train_step keeps about non-finite steps, for NaNGuard's message.
 
@@ -107,18 +92,18 @@ class NonFiniteRecord(tf.Module):
       values: float32 [len(names)], its values of `names`.
       overflow_skips: int64, the loss-scale optimizer's skipped steps in a row so far.
     Not part of any checkpoint: it describes the running process only. Written in the
-    replicas' steps (replica-local variables, see _replica_local_variable).
+    replicas' steps (replica-local variables, see replica_local_variable).
     """
 
     def __init__(self, names: Sequence[str]):
         super().__init__(name="nonfinite_record")
         self.names = tuple(names)
         with tf.init_scope():
-            self.count = _replica_local_variable(0, tf.int64, "nonfinite_count")
-            self.step = _replica_local_variable(0, tf.int64, "nonfinite_step")
-            self.values = _replica_local_variable([0.0] * len(self.names), tf.float32,
+            self.count = replica_local_variable(0, tf.int64, "nonfinite_count")
+            self.step = replica_local_variable(0, tf.int64, "nonfinite_step")
+            self.values = replica_local_variable([0.0] * len(self.names), tf.float32,
                                                   "nonfinite_values")
-            self.overflow_skips = _replica_local_variable(0, tf.int64, "overflow_skips")
+            self.overflow_skips = replica_local_variable(0, tf.int64, "overflow_skips")
 
     @property
     def stopped(self) -> tf.Tensor:
@@ -189,8 +174,8 @@ class NaNRecoveryState(tf.Module):
     def __init__(self):
         super().__init__(name="nan_recovery")
         with tf.init_scope():
-            self.lr_scale = _scalar_variable(1.0, tf.float32, "lr_scale")
-            self.recoveries = _scalar_variable(0, tf.int64, "recoveries")
+            self.lr_scale = scalar_variable(1.0, tf.float32, "lr_scale")
+            self.recoveries = scalar_variable(0, tf.int64, "recoveries")
 
 
 def latest_backup(callbacks) -> Optional[str]:

@@ -30,6 +30,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from efficientdet_keras.config.precision import policy_name
+from efficientdet_keras.training.schedule_pace import PacedSchedule, SchedulePace
 
 DEFAULT_BATCH_SIZE = 64
 
@@ -259,8 +260,8 @@ class FusedAdam(keras.optimizers.Adam):
             grad=gradient, use_nesterov=False)
 
 
-def get_optimizer(config, steps_per_epoch: int,
-                  lr_scale: Optional[tf.Variable] = None) -> keras.optimizers.Optimizer:
+def get_optimizer(config, steps_per_epoch: int, lr_scale: Optional[tf.Variable] = None,
+                  pace: Optional[SchedulePace] = None) -> keras.optimizers.Optimizer:
     """Builds the optimizer named by `config.optimizer`, driven by `learning_rate_schedule`.
 
     "sgd" is FusedSGD with `config.momentum`; "adam" is FusedAdam with
@@ -273,7 +274,9 @@ def get_optimizer(config, steps_per_epoch: int,
     `LossScaleOptimizer`, which float16 gradients need to avoid underflow:
     dynamic loss scaling, or the fixed scale `config.loss_scale` when it is a
     number; bfloat16 has float32's range and needs none.
-    With `lr_scale` (a float32 variable) the schedule is a ScaledSchedule by it.
+    With `pace` (a SchedulePace) the schedule is a PacedSchedule at its pace (time_budget
+    fits the decay into the budget with it); with `lr_scale` (a float32 variable) it is then
+    a ScaledSchedule by it.
 
     Raises:
       ValueError: an unknown optimizer or lr_decay_method, or steps_per_epoch < 1.
@@ -282,6 +285,8 @@ def get_optimizer(config, steps_per_epoch: int,
     if name not in OPTIMIZERS:
         raise ValueError("Unknown optimizer %r; choose one of %s" % (name, ", ".join(OPTIMIZERS)))
     schedule = learning_rate_schedule(config, steps_per_epoch)
+    if pace is not None:
+        schedule = PacedSchedule(schedule, pace)
     if lr_scale is not None:
         schedule = ScaledSchedule(schedule, lr_scale)
     if name == "sgd":

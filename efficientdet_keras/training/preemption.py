@@ -220,12 +220,18 @@ class _SecondInterruptWatcher:
 def any_worker(flag: bool, strategy: tf.distribute.Strategy) -> bool:
     """Whether `flag` holds on any worker of a MultiWorkerMirroredStrategy (an all-reduce
     every worker must call at the same point); `flag` itself elsewhere."""
+    return mean_over_workers(1.0 if flag else 0.0, strategy) > 0
+
+
+def mean_over_workers(value: float, strategy: tf.distribute.Strategy) -> float:
+    """The mean of `value` over the workers of a MultiWorkerMirroredStrategy (an all-reduce
+    every worker must call at the same point), so that all decide alike; `value` elsewhere."""
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or \
             strategy.extended._num_workers == 1:  # noqa: SLF001 (no public worker count)
-        return flag
-    votes = strategy.experimental_distribute_values_from_function(
-        lambda context: tf.constant(1.0 if flag else 0.0))
-    return float(strategy.reduce(tf.distribute.ReduceOp.SUM, votes, axis=None)) > 0
+        return float(value)
+    values = strategy.experimental_distribute_values_from_function(
+        lambda context: tf.constant(float(value)))
+    return float(strategy.reduce(tf.distribute.ReduceOp.MEAN, values, axis=None))
 
 
 class StopOnSignal(keras.callbacks.Callback):

@@ -33,6 +33,7 @@ from efficientdet_keras.training.keras3_objects import check_compile_arguments, 
 from efficientdet_keras.training.nan_guard import NaNRecoveryState, NonFiniteRecord, run_cond
 from efficientdet_keras.training.optimizers import clip_gradients
 from efficientdet_keras.training.preemption import release_signal_handlers
+from efficientdet_keras.training.schedule_pace import SchedulePace
 
 # Weight decay applies to convolution kernels only (not biases, BatchNorm or fusion weights).
 _L2_VARIABLE_PATTERN = re.compile(r".*(kernel|depthwise_kernel|pointwise_kernel)$")
@@ -85,6 +86,9 @@ class EfficientDetNetTrain(EfficientDetNet):
         # Checkpoints (and so the backup a resume reads) hold the recovery's learning-rate scale.
         object.__setattr__(self, "nan_recovery", NaNRecoveryState())
         self._track_trackable(self.nan_recovery, name="nan_recovery")
+        # And the schedule's pace, which time_budget sets (training/schedule_pace.py).
+        object.__setattr__(self, "schedule_pace", SchedulePace())
+        self._track_trackable(self.schedule_pace, name="schedule_pace")
 
     # --- starting from a checkpoint ---------------------------------------------
     def load_pretrained(self, ckpt_path: str, use_ema: Optional[bool] = None,
@@ -187,7 +191,8 @@ class EfficientDetNetTrain(EfficientDetNet):
             if not steps:
                 raise ValueError("compile() needs steps_per_epoch (or config.steps_per_epoch) to "
                                  "build the learning-rate schedule")
-            optimizer = get_optimizer(self.config, int(steps), lr_scale=self.nan_recovery.lr_scale)
+            optimizer = get_optimizer(self.config, int(steps), lr_scale=self.nan_recovery.lr_scale,
+                                      pace=self.schedule_pace)
         if loss is not None:
             self.detection_loss = loss
         super().compile(

@@ -77,7 +77,8 @@ KEYS = (
         "time_budget", None, "float or null",
         optional(POSITIVE_NUMBER, allowed="none or a positive number"),
         "Hours of wall time the run may use, over all its restarts: it stops, backed up, at "
-        "the step after which the next would pass them; null: no limit."),
+        "the step after which the next would pass them, the learning-rate decay fitted into "
+        "the steps they leave; null: no limit."),
     ConfigKey(
         "batch_size", 64, "int", integer_at_least(1),
         "Global batch: images per step over all replicas together, divided evenly among "
