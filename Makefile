@@ -28,7 +28,7 @@ install: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade --quiet pip
-	$(BIN)/python -m pip install --quiet -e '.[test,fast_eval,tflite,reports,docs,onnx,openvino,trackers,kaggle,tune]'
+	$(BIN)/python -m pip install --quiet -e '.[test,fast_eval,tflite,reports,docs,onnx,openvino,trackers,kaggle,tune,video,track]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -95,5 +95,6 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py --what=openvino_int8 --model_dir=runs/demo
 	$(BIN)/python benchmarks/bench.py --what=short_runs
 	$(BIN)/python benchmarks/bench.py --what=class_rows
+	$(BIN)/python benchmarks/bench.py --what=slicing --repeats=3
 	$(BIN)/python benchmarks/bench.py --what=speed --model_dir=runs/demo
 	$(BIN)/python benchmarks/bench.py --what=models --repeats=5

@@ -58,6 +58,10 @@ Benchmarks:
                AP after the same steps with the class rows carried by name, skipped, or taken
                by class count (benchmarks/class_rows.py), recorded in --results_file.
 
+  slicing      the class-rows benchmark's shape detector (D0 at 128 px) on 20-pixel shapes in a
+               3000x3000 image: recall, shapes found twice and seconds over the whole image
+               and in tiles (benchmarks/slicing.py), recorded in --results_file.
+
   open_data    a COCO folder of --open_data_images JPEGs: seconds to open it and read its
                records, and for describe() and its checks across splits
                (benchmarks/data_reading.py).
@@ -93,13 +97,14 @@ flags.DEFINE_enum("what", "postprocess",
                   ["postprocess", "pipeline", "eval", "train", "serve", "export", "kills",
                    "tflite",
                    "short_runs", "augment", "speed", "resize", "callbacks", "models",
-                   "formats", "openvino_int8", "open_data", "class_rows"],
+                   "formats", "openvino_int8", "open_data", "class_rows", "slicing"],
                   "Which benchmark to run.")
 flags.DEFINE_list("models", ["efficientdet-d%s" % d for d in "01234567"] + [
     "efficientdet-d7x"] + ["efficientdet-lite%s" % d for d in ("0", "1", "2", "3", "3x", "4")],
     "models: the models to measure.")
 flags.DEFINE_string("results_file", RESULTS_PATH,
-                    "models, formats, openvino_int8, class_rows: the results file the figures "
+                    "models, formats, openvino_int8, class_rows, slicing: the results file the "
+                    "figures "
                     "are recorded in.")
 flags.DEFINE_string("results_entry", "format_table_demo",
                     "formats: the entry of the results file the table is recorded as.")
@@ -682,13 +687,30 @@ def bench_class_rows(config) -> None:
     """Class rows by name against skipped and by-count heads (benchmarks/class_rows.py)."""
     del config  # Each model builds its own config; --hparams is applied on top.
     from benchmarks.class_rows import ClassRowsSettings, bench_class_rows as run, summary
-    from benchmarks.results import record
     settings = ClassRowsSettings(overrides=FLAGS.hparams)
-    columns, cells = summary(run(os.path.join(FLAGS.data_dir, "class_rows"), settings), settings)
+    print_and_record("class_rows", *summary(run(os.path.join(FLAGS.data_dir, "class_rows"),
+                                                settings), settings))
+
+
+def print_and_record(name: str, columns, cells) -> None:
+    """Prints a table (its column headers and rows of cells) and records it as `name`."""
+    from benchmarks.results import record
     print("| %s |\n|%s" % (" | ".join(columns), "---|" * len(columns)))
     for row in cells:
         print("| %s |" % " | ".join(str(cell) for cell in row))
-    record("class_rows", cells, speed.machine_line(), FLAGS.results_file, columns=columns)
+    record(name, cells, speed.machine_line(), FLAGS.results_file, columns=columns)
+
+
+def bench_slicing(config) -> None:
+    """Sliced detection against the whole-image pass (benchmarks/slicing.py)."""
+    del config  # The detector builds its own config; --hparams is applied on top.
+    from benchmarks.class_rows import ClassRowsSettings, train_source
+    from benchmarks.slicing import SlicingSettings, bench_slicing as run, summary
+    source = train_source(os.path.join(FLAGS.data_dir, "class_rows"),
+                          ClassRowsSettings(overrides=FLAGS.hparams), seed=0)
+    detector = os.path.join(source, "ckpt-1")  # Its config: the run's config.yaml.
+    settings = SlicingSettings(repeats=FLAGS.repeats)
+    print_and_record("slicing", *summary(run(detector, settings), settings))
 
 
 def main(argv):
@@ -711,7 +733,8 @@ def main(argv):
      "augment": bench_augment, "speed": bench_speed, "resize": bench_resize,
      "callbacks": bench_callbacks, "models": bench_models,
      "formats": bench_formats, "openvino_int8": bench_openvino_int8,
-     "open_data": bench_open_data, "class_rows": bench_class_rows}[FLAGS.what](config)
+     "open_data": bench_open_data, "class_rows": bench_class_rows,
+     "slicing": bench_slicing}[FLAGS.what](config)
 
 
 def run():

@@ -8,8 +8,11 @@ classes. Each arm fine-tunes the source checkpoint on the target data for the sa
 with the same seed and scores COCO AP on the target's validation images:
 
   by_name   the default: square and circle start from the source's rows, triangle at the prior;
-  skipped   the class-prediction rows left at their initial values (--noclass_rows_by_name and
-            var_exclude_expr on them), as a head of another class count always was;
+  skipped   no class carried, all at the prior (the target's names changed so that none
+            matches), as a head of another class count starts;
+  random    no class carried, the class-prediction rows at their random initial values
+            (var_exclude_expr on them): how a skipped head started before it started at the
+            prior;
   by_count  --noclass_rows_by_name: equal counts take the whole head, each class starting from
             whatever the source had at its id (square from circle's row, and so on).
 
@@ -28,8 +31,10 @@ TARGET_CLASSES = {1: "square", 2: "triangle", 3: "circle"}
 IMAGE_SIZE = 128
 ARMS = {
     "by_name": {"class_rows_by_name": True},
-    "skipped": {"class_rows_by_name": False,
-                "var_exclude_expr": "class_net/class-predict/(pointwise_kernel|kernel|bias)"},
+    "skipped": {"class_rows_by_name": True,
+                "label_map": {k: "new " + name for k, name in TARGET_CLASSES.items()}},
+    "random": {"class_rows_by_name": False,
+               "var_exclude_expr": "class_net/class-predict/(pointwise_kernel|kernel|bias)"},
     "by_count": {"class_rows_by_name": False},
 }
 
@@ -46,7 +51,7 @@ class ClassRowsSettings:
     overrides: str = ""  # --hparams, on top of short_run.yaml for every model.
 
 
-def _style(classes: Dict[int, str]):
+def shapes_style(classes: Dict[int, str]):
     """The demo's shapes, drawn and named as `classes` says (ids 1..n)."""
     from efficientdet_keras.data.synthetic import SHAPES, SYNTHETIC_LABEL_MAP, shape_mask
     shape_id = {name: k for k, name in SYNTHETIC_LABEL_MAP.items()}
@@ -68,7 +73,7 @@ def _config(classes: Dict[int, str], settings: ClassRowsSettings, steps: int, **
 
 def _dataset(data_dir: str, classes: Dict[int, str], settings: ClassRowsSettings):
     from efficientdet_keras.data.synthetic import write_synthetic_dataset
-    style = _style(classes)
+    style = shapes_style(classes)
     return write_synthetic_dataset(os.path.join(data_dir, style.name), settings.train_images,
                                    settings.val_images, image_size=IMAGE_SIZE, style=style)
 
@@ -136,7 +141,8 @@ def bench_class_rows(data_dir: str, settings: ClassRowsSettings = ClassRowsSetti
 
 ARM_LABELS = {
     "by_name": "carried by name (the default)",
-    "skipped": "left new (`var_exclude_expr` on them)",
+    "skipped": "none carried, all at the prior (as a head of another class count)",
+    "random": "none carried, random rows (`var_exclude_expr` on them)",
     "by_count": "taken by class count (`--noclass_rows_by_name`)",
 }
 

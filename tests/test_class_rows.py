@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from helpers import SMALL_NETWORK, tiny_config
+from helpers import SMALL_NETWORK, synthetic_images, tiny_config
 from efficientdet_keras import save_ckpt
 from efficientdet_keras.checkpoint import EMA_SUFFIX, variable_name
 from efficientdet_keras.checkpoint.class_rows import (ClassRows, checkpoint_class_names,
@@ -62,9 +62,15 @@ def test_class_channels_by_hand():
     # the model 2: its class 1 is the checkpoint's 3, its class 2 is new.
     checkpoint = np.array([11., 12., 13., 21., 22., 23.])
     initial = np.array([-1., -2., -3., -4.])
-    assert class_channels(checkpoint, initial, {1: 3}, 2).tolist() == [13., -2., 23., -4.]
+    # A bias keeps the new class's initial value (the prior); a kernel's is zero, so that the
+    # class's logit is the prior at every anchor.
+    assert class_channels(checkpoint, initial, {1: 3}, 2, kernel=False).tolist() == [
+        13., -2., 23., -4.]
+    assert class_channels(checkpoint, initial, {1: 3}, 2, kernel=True).tolist() == [
+        13., 0., 23., 0.]
+    assert class_channels(None, initial, {}, 2, kernel=True).tolist() == [0.] * 4
     with pytest.raises(ValueError, match="beyond its 3 classes"):
-        class_channels(checkpoint, initial, {1: 4}, 2)
+        class_channels(checkpoint, initial, {1: 4}, 2, kernel=False)
 
 
 def test_checkpoint_names_of_a_released_name_a_run_and_an_export(tmp_path):
@@ -109,7 +115,6 @@ def test_two_known_classes_carried_the_new_one_at_the_prior(shapes_run, capsys):
     run, prefix = shapes_run
     reader = tf.train.load_checkpoint(prefix)
     model = small_trainer({1: "Square", 2: "cross", 3: "circle"})
-    initial_kernel = class_predict(model, "pointwise_kernel").copy()
     report = model.load_pretrained(run)
     assert report.class_rows.ids == {1: 2, 3: 1}
     bias, kernel = class_predict(model, "bias"), class_predict(model, "pointwise_kernel")
@@ -120,7 +125,7 @@ def test_two_known_classes_carried_the_new_one_at_the_prior(shapes_run, capsys):
         np.testing.assert_array_equal(channels(kernel, model_id, 3),
                                       channels(ckpt_kernel, ckpt_id, 3))
     np.testing.assert_allclose(channels(bias, 2, 3), PRIOR_BIAS, rtol=1e-6)
-    np.testing.assert_array_equal(channels(kernel, 2, 3), channels(initial_kernel, 2, 3))
+    assert not channels(kernel, 2, 3).any()
     # The rest of the head is the same for every class and loads whole.
     depthwise = "class_net/class-predict/depthwise_kernel"
     np.testing.assert_array_equal(class_predict(model, "depthwise_kernel"),
@@ -138,6 +143,14 @@ def test_equal_counts_with_other_names_no_longer_take_the_whole_head(shapes_run)
     report = model.load_pretrained(run)
     assert report.class_rows.ids == {}
     np.testing.assert_array_equal(class_predict(model, "bias"), initial)
+    assert not class_predict(model, "pointwise_kernel").any()  # Every class at the prior.
+    # Another class count, names not asked for: the head is skipped, and starts at the prior.
+    fewer = small_trainer({1: "gizmo", 2: "gadget"}, class_rows_by_name=False)
+    skipped = fewer.load_pretrained(run)
+    assert sorted(name.split(":")[0] for name in skipped.mismatched) == [
+        "class_net/class-predict/bias", "class_net/class-predict/pointwise_kernel"]
+    assert not class_predict(fewer, "pointwise_kernel").any()
+    np.testing.assert_allclose(class_predict(fewer, "bias"), PRIOR_BIAS, rtol=1e-6)
     assert report.class_rows.describe("x") == (
         "Class head: none of the 3 classes is one of x's by name; all start new")
 
@@ -175,6 +188,13 @@ def test_coco_rows_of_the_released_d0_for_voc_names(reference_dir):
                                   channels(kernel, 1, 90))
     np.testing.assert_allclose(channels(class_predict(model, "bias"), 2, 3), PRIOR_BIAS,
                                rtol=1e-6)
+    # On images, in inference mode: the new class's logit is the prior at every anchor of
+    # every level, whatever the released network's features (a random kernel put it far off).
+    images = tf.constant(np.stack(synthetic_images(2, 128, 128)), tf.float32) / 255.0
+    class_outputs, _ = model(images, training=False)
+    for level in class_outputs:
+        np.testing.assert_allclose(channels(level.numpy(), 2, 3), PRIOR_BIAS, rtol=1e-5)
+        assert np.ptp(channels(level.numpy(), 3, 3)) > 0.1  # A carried class sees the image.
 
 
 def test_a_training_run_says_which_classes_it_carried(shapes_run, tmp_path, capsys):

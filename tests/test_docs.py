@@ -3,10 +3,10 @@ that the contributing page's table of exemptions names, with the reason) and eve
 runs as written.
 
 Each page runs in a sandbox folder of its own, laid out like a user's project, holding every
-file the pages name (the hparams folder, small COCO-JSON, TFRecord and VOC datasets, photos, the
-demo run in runs/demo), its commands and snippets in reading order, as a reader follows it. The
-folder is prepared once per test run and copied for each page, and pages are spread over
-the xdist workers. The released models the pages name are served from a loopback HTTP server
+file the pages name (the hparams folder, small COCO-JSON, TFRecord and VOC datasets, photos, a
+video, the demo run in runs/demo), its commands and snippets in reading order, as a reader
+follows it. The folder is prepared once per test run and copied for each page, and pages are
+spread over the xdist workers. The released models the pages name are served from a loopback HTTP server
 (archives built from ../shared/reference) into a cache of the worker's own. The Python snippets
 of one page share one namespace, as they would at a reader's Python prompt.
 """
@@ -74,6 +74,7 @@ def _build_project(root):
     """A user's project folder with every file the pages' snippets and commands name, and the
     demo run (runs/demo) they start from."""
     from efficientdet_keras.data.synthetic import write_synthetic_dataset
+    from test_video import write_clip
     from test_voc import make_voc_tree
 
     os.makedirs(root)
@@ -95,6 +96,7 @@ def _build_project(root):
     _link(coco.val_json, os.path.join(root, "val.json"))
     for split in ("train", "val"):
         make_voc_tree(os.path.join(root, "VOCdevkit", "VOC2012"), split=split)
+    write_clip(os.path.join(root, "clip.mp4"))  # A video of moving squares.
     os.makedirs(os.path.join(root, "photos"))
     for file_name, photo in zip(sorted(os.listdir(coco.val_images)), ("street.jpg", "park.jpg")):
         shutil.copy(os.path.join(coco.val_images, file_name), os.path.join(root, "photos", photo))

@@ -3,9 +3,10 @@
 The class head's last convolution (`class-predict`) has one output channel per anchor and class,
 anchor-major: channel `a * num_classes + (id - 1)`. When the checkpoint and the model both know
 their class names, each model class whose name the checkpoint knows starts from the
-checkpoint's channels of that class, at every anchor; the other classes keep the model's initial
-values (a random kernel and the focal-loss prior bias). Everything else in the head is the same
-for every class and loads as usual.
+checkpoint's channels of that class, at every anchor; the other classes start at the
+focal-loss prior (a zero kernel and the prior bias: their logit is the prior's at every anchor).
+Everything else in the head is the same for every class and loads as usual. A class head of
+another class count that is not carried by name starts at the prior too.
 
 Names match when they are equal ignoring case, spaces, "_" and "-" ("Traffic_Light" is COCO's
 "traffic light"), or when `CLASS_NAME_ALIASES` puts them in one group.
@@ -13,7 +14,6 @@ Names match when they are equal ignoring case, spaces, "_" and "-" ("Traffic_Lig
 
 import dataclasses
 import json
-import os
 from typing import Dict, Mapping, Optional
 
 import numpy as np
@@ -120,35 +120,53 @@ def rows_fit(model_shape, ckpt_shape, rows: Mapping[int, int], num_anchors: int)
             and max(rows.values(), default=0) <= ckpt_shape[-1] // num_anchors)
 
 
-def class_channels(checkpoint_value: np.ndarray, initial_value: np.ndarray,
-                   rows: Mapping[int, int], num_anchors: int) -> np.ndarray:
-    """The model's class-predict value: its initial channels, with each carried class's
-    channels at every anchor taken from the checkpoint's.
+def class_channels(checkpoint_value: Optional[np.ndarray], initial_value: np.ndarray,
+                   rows: Mapping[int, int], num_anchors: int, kernel: bool) -> np.ndarray:
+    """The model's class-predict value: each carried class's channels at every anchor taken
+    from the checkpoint's (None: no class is carried), the other classes at the prior.
+
+    At the prior means that the class's logit is the bias alone at every anchor: a kernel's
+    channels of the new classes are zeros, a bias's keep the initial value (the focal-loss
+    prior). A random kernel would not start them there: on the features of a trained
+    network it gives logits far from the prior, and a validation loss in the millions.
 
     Raises:
       ValueError when either last axis is not num_anchors x a class count, or a checkpoint id
       is beyond the checkpoint's classes.
     """
-    model_channels, ckpt_channels = initial_value.shape[-1], checkpoint_value.shape[-1]
-    if model_channels % num_anchors or ckpt_channels % num_anchors or \
-            initial_value.shape[:-1] != checkpoint_value.shape[:-1]:
-        raise ValueError("class-predict of %s channels cannot take rows of one of %s channels "
-                         "with %d anchors" % (initial_value.shape, checkpoint_value.shape,
-                                              num_anchors))
-    model_classes, ckpt_classes = model_channels // num_anchors, ckpt_channels // num_anchors
-    if rows and max(rows.values()) > ckpt_classes:
-        raise ValueError("checkpoint class id %d is beyond its %d classes"
-                         % (max(rows.values()), ckpt_classes))
+    model_channels = initial_value.shape[-1]
     value = np.array(initial_value, copy=True)
-    for model_id, ckpt_id in rows.items():
-        model_index = np.arange(num_anchors) * model_classes + model_id - 1
-        ckpt_index = np.arange(num_anchors) * ckpt_classes + ckpt_id - 1
-        value[..., model_index] = checkpoint_value[..., ckpt_index]
+    if model_channels % num_anchors:
+        raise ValueError("class-predict of %s channels does not hold %d anchors"
+                         % (initial_value.shape, num_anchors))
+    model_classes = model_channels // num_anchors
+    carried = np.zeros([model_channels], bool)
+    if checkpoint_value is not None:
+        ckpt_channels = checkpoint_value.shape[-1]
+        if ckpt_channels % num_anchors or initial_value.shape[:-1] != checkpoint_value.shape[:-1]:
+            raise ValueError("class-predict of %s channels cannot take rows of one of %s "
+                             "channels with %d anchors" % (initial_value.shape,
+                                                           checkpoint_value.shape, num_anchors))
+        ckpt_classes = ckpt_channels // num_anchors
+        if rows and max(rows.values()) > ckpt_classes:
+            raise ValueError("checkpoint class id %d is beyond its %d classes"
+                             % (max(rows.values()), ckpt_classes))
+        for model_id, ckpt_id in rows.items():
+            model_index = np.arange(num_anchors) * model_classes + model_id - 1
+            ckpt_index = np.arange(num_anchors) * ckpt_classes + ckpt_id - 1
+            value[..., model_index] = checkpoint_value[..., ckpt_index]
+            carried[model_index] = True
+    if kernel:
+        value[..., ~carried] = 0.0
     return value
 
 
 def is_class_predict(name: str) -> bool:
     return any(name.endswith(suffix) for suffix in CLASS_PREDICT_VARIABLES)
+
+
+def is_class_predict_kernel(name: str) -> bool:
+    return is_class_predict(name) and not name.endswith("/bias")
 
 
 def plan_class_rows(ckpt: str, model_label_map, num_classes: int) -> Optional[ClassRows]:

@@ -14,7 +14,7 @@ from absl import logging
 
 from efficientdet_keras.checkpoint.architecture import Architecture, infer_architecture
 from efficientdet_keras.checkpoint.class_rows import (ClassRows, class_channels, is_class_predict,
-                                                      rows_fit)
+                                                      is_class_predict_kernel, rows_fit)
 from efficientdet_keras.checkpoint.download import checkpoint_location
 from efficientdet_keras.checkpoint.names import EMA_SUFFIX, variable_name, wrapper_state_variables
 from efficientdet_keras.checkpoint.paths import resolve_checkpoint_path
@@ -74,8 +74,10 @@ def restore_ckpt(model, ckpt_path: str, use_ema: Optional[bool] = None,
         backbone and the rest keeps its initial values.
       class_rows: which model class starts from which checkpoint class (ClassRows); given,
         the class-prediction layer takes the checkpoint's channels of those classes (at every
-        anchor) whatever the two class counts, and keeps its initial values for the other
-        classes (checkpoint/class_rows.py). None: it loads whole when its shape fits.
+        anchor) whatever the two class counts, and starts the other classes at the focal-loss
+        prior (checkpoint/class_rows.py). None: it loads whole when its shape fits; a class
+        kernel of another class count is skipped and set to zeros, so that every class starts
+        at the prior.
 
     Returns:
       A RestoreReport listing what was loaded and skipped.
@@ -106,9 +108,10 @@ def restore_ckpt(model, ckpt_path: str, use_ema: Optional[bool] = None,
     _check_plan(model, report, ckpt_arch, ckpt_shapes, skip_mismatch, allow_partial)
     # Assign only once the whole plan is accepted: an error leaves the model as it was.
     for variable, key, rows in assignments:
-        value = reader.get_tensor(key)
+        value = reader.get_tensor(key) if key is not None else None
         if rows is not None:
-            value = class_channels(value, variable.numpy(), rows, _anchors_per_location(model))
+            value = class_channels(value, variable.numpy(), rows, _anchors_per_location(model),
+                                   kernel=is_class_predict_kernel(variable_name(variable)))
         variable.assign(value)
     _log_report(model, report, ckpt_arch, ckpt_shapes)
     return report
@@ -130,7 +133,8 @@ def _plan_restore(model, ckpt_shapes: Mapping[str, list], path: str, use_ema: bo
 
     Returns:
       The report, and (variable, checkpoint key, class rows or None) to assign. A variable
-      without an EMA entry takes its plain value.
+      without an EMA entry takes its plain value; a class kernel of another class count comes
+      as (variable, None, {}): no class carried, all at the prior.
     """
     exclude_pattern = re.compile(exclude) if exclude else None
     # Pruning masks and quantization ranges: loaded when the checkpoint has them (one of
@@ -156,6 +160,8 @@ def _plan_restore(model, ckpt_shapes: Mapping[str, list], path: str, use_ema: bo
         if model_shape != ckpt_shape if rows is None else not rows_fit(
                 model_shape, ckpt_shape, rows, _anchors_per_location(model)):
             report.mismatched.append("%s: model %s vs checkpoint %s" % (name, model_shape, ckpt_shape))
+            if is_class_predict_kernel(name):  # A head of another class count: at the prior.
+                assignments.append((variable, None, {}))
             continue
         assignments.append((variable, key, rows))
         (report.loaded_from_ema if key != name else report.loaded).append(name)

@@ -10,8 +10,10 @@
 
     found = detector.detect("photo.jpg", score_threshold=0.4)   # Detections
     Detector("runs/demo", tta="flip")                # each image and its mirror, fused
+    Detector("runs/demo", slice=640, overlap=0.2)    # large images in tiles, merged
     found.boxes, found.scores, found.class_ids, found.class_names
     picture = detector.draw("photo.jpg", found)                 # uint8 [H, W, 3]
+    detector.detect_video("clip.mp4", "out/", track=True)       # out/clip.mp4, clip.jsonl
     detector.benchmark(batch_size=8)
 """
 
@@ -21,6 +23,7 @@ from typing import Optional
 
 import numpy as np
 
+from efficientdet_keras.detection.slicing import SliceSettings, detect_sliced, slice_settings
 from efficientdet_keras.detection.tta import check_tta, merge_flipped
 from efficientdet_keras.utils.drawing import draw_boxes
 from efficientdet_keras.inference import loading
@@ -55,6 +58,12 @@ class Detector:
         config's key tta where the model has a config (not a SavedModel), else none.
       num_threads: .tflite interpreter threads, ONNX Runtime's intra-op threads, OpenVINO's
         inference threads (None: the runtime's default).
+      slice: sliced detection for large images (detection/slicing.py): a tile size in pixels
+        (or (height, width), or SliceSettings for every setting); each image is cut into
+        tiles that overlap by `overlap` of their size, each tile is detected in at the
+        model's size, with a pass over the whole image too, and the detections are merged
+        (boxes cut at a tile's edge into the whole ones). None: the whole image only.
+      overlap: the fraction of a tile that neighbouring tiles share, with `slice`.
 
     Checkpoints load their EMA weights where they have them, and run the SavedModel's own
     pre-processing, network and NMS graph in-process, so a checkpoint and its export give
@@ -62,8 +71,10 @@ class Detector:
     """
 
     def __init__(self, path, model_name: Optional[str] = None, hparams="",
-                 num_threads: Optional[int] = None, tta: Optional[str] = None):
+                 num_threads: Optional[int] = None, tta: Optional[str] = None,
+                 slice=None, overlap: float = 0.2):  # noqa: A002 (the name users know)
         path = os.fspath(path)
+        slicing = slice_settings(slice, overlap)  # Checked before a model is loaded.
         from efficientdet_keras.checkpoint.released import find_released
         released = find_released(path)
         kind = loading.CHECKPOINT if released else loading.source_kind(path)
@@ -91,6 +102,7 @@ class Detector:
             self._backend = _keras_backend(config, path, path)
         self.kind = kind
         self.tta = self._tta_setting(tta)
+        self.slicing = slicing
 
     def _tta_setting(self, tta: Optional[str]) -> Optional[str]:
         if tta is None and self.config is not None:
@@ -98,22 +110,29 @@ class Detector:
         return check_tta(tta)
 
     @classmethod
-    def from_checkpoint(cls, ckpt: str, config, tta: Optional[str] = None) -> "Detector":
+    def from_checkpoint(cls, ckpt: str, config, tta: Optional[str] = None,
+                        slice=None, overlap: float = 0.2) -> "Detector":  # noqa: A002
         """A checkpoint (prefix, folder or archive folder) read with a given Config."""
-        return cls._with_backend(_keras_backend(config, ckpt, ckpt), loading.CHECKPOINT, tta)
+        slicing = slice_settings(slice, overlap)
+        return cls._with_backend(_keras_backend(config, ckpt, ckpt), loading.CHECKPOINT, tta,
+                                 slicing)
 
     @classmethod
-    def from_model(cls, model, config=None, tta: Optional[str] = None) -> "Detector":
+    def from_model(cls, model, config=None, tta: Optional[str] = None,
+                   slice=None, overlap: float = 0.2) -> "Detector":  # noqa: A002
         """An EfficientDetNet in memory, with its current weights (config: model.config)."""
         from efficientdet_keras.inference.backends import KerasBackend
         config = config if config is not None else model.config
-        return cls._with_backend(KerasBackend(model, config, config.name), "model", tta)
+        return cls._with_backend(KerasBackend(model, config, config.name), "model", tta,
+                                 slice_settings(slice, overlap))
 
     @classmethod
-    def _with_backend(cls, backend, kind: str, tta: Optional[str] = None) -> "Detector":
+    def _with_backend(cls, backend, kind: str, tta: Optional[str] = None,
+                      slicing: Optional[SliceSettings] = None) -> "Detector":
         detector = cls.__new__(cls)
         detector._backend, detector.kind = backend, kind
         detector.tta = detector._tta_setting(tta)
+        detector.slicing = slicing
         return detector
 
     @property
@@ -160,6 +179,13 @@ class Detector:
         return found[0] if single else found
 
     def _detect_arrays(self, arrays):
+        """(boxes, scores, classes) per image: of the whole images, or with slicing, of
+        their tiles merged."""
+        if self.slicing is None:
+            return self._detect_whole(arrays)
+        return [detect_sliced(self._detect_whole, image, self.slicing) for image in arrays]
+
+    def _detect_whole(self, arrays):
         """The backend's (boxes, scores, classes) per image; with tta "flip", fused with
         those of the mirror images (as many detections as the plain pass may give)."""
         found = self._backend.detect(arrays)
@@ -173,6 +199,14 @@ class Detector:
                                    max_detections=max(len(plain[1]), len(mirror[1])))
             fused.append((merged["boxes"], merged["scores"], merged["classes"]))
         return fused
+
+    def detect_video(self, source, output_dir: str, **options):
+        """Detects in every frame of a video file, a stream URL or a camera index ("0") and
+        writes the annotated video and one JSON line per frame into output_dir; `track=True`
+        keeps each object's id across frames. The options and the result are
+        `inference.video.detect_video`'s (the `video` extra; `track` for ids)."""
+        from efficientdet_keras.inference.video import detect_video
+        return detect_video(self, source, output_dir, **options)
 
     def draw(self, image, detections: Detections, score_threshold: float = 0.0) -> np.ndarray:
         """`image` (as `detect` takes it) with the detections' boxes, names and scores drawn.

@@ -43,7 +43,8 @@ def as_uint8_image(image) -> np.ndarray:
 
 def draw_boxes(image, boxes, classes, scores=None,
                label_map: Optional[Mapping[int, str]] = None,
-               score_threshold: float = 0.0, line_width: int = 2) -> np.ndarray:
+               score_threshold: float = 0.0, line_width: int = 2,
+               labels: Optional[Sequence[str]] = None) -> np.ndarray:
     """Draws boxes coloured by class, each labelled "name" or "name 0.87".
 
     Args:
@@ -53,6 +54,7 @@ def draw_boxes(image, boxes, classes, scores=None,
       scores: [n] or None (ground truth: names only).
       label_map: {class id: name}; ids are written as numbers without it.
       score_threshold: boxes scoring below it are not drawn.
+      labels: [n] each box's text instead of its class name (a tracked object's id).
 
     Returns:
       uint8 [H, W, 3], a new array.
@@ -71,7 +73,7 @@ def draw_boxes(image, boxes, classes, scores=None,
         ymin, xmin, ymax, xmax = (float(v) for v in boxes[i])
         colour = class_colour(classes[i])
         canvas.rectangle([xmin, ymin, xmax, ymax], outline=colour, width=line_width)
-        label = class_name(classes[i], label_map)
+        label = labels[i] if labels is not None else class_name(classes[i], label_map)
         if scores is not None:
             label += " %.2f" % scores[i]
         left, top, right, bottom = canvas.textbbox((xmin, ymin), label)
