@@ -58,9 +58,10 @@ Benchmarks:
                AP after the same steps with the class rows carried by name, skipped, or taken
                by class count (benchmarks/class_rows.py), recorded in --results_file.
 
-  slicing      the class-rows benchmark's shape detector (D0 at 128 px) on 20-pixel shapes in a
-               3000x3000 image: recall, shapes found twice and seconds over the whole image
-               and in tiles (benchmarks/slicing.py), recorded in --results_file.
+  large_inputs the class-rows benchmark's shape detector (D0 at 128 px) on 20-pixel shapes in a
+               3000x3000 image (recall, shapes found twice and seconds, over the whole image
+               and in tiles) and on a 640x360 clip (frames/s of detect_video, with and without
+               tracking) (benchmarks/large_inputs.py), recorded in --results_file.
 
   open_data    a COCO folder of --open_data_images JPEGs: seconds to open it and read its
                records, and for describe() and its checks across splits
@@ -97,15 +98,15 @@ flags.DEFINE_enum("what", "postprocess",
                   ["postprocess", "pipeline", "eval", "train", "serve", "export", "kills",
                    "tflite",
                    "short_runs", "augment", "speed", "resize", "callbacks", "models",
-                   "formats", "openvino_int8", "open_data", "class_rows", "slicing"],
+                   "formats", "openvino_int8", "open_data", "class_rows",
+                   "large_inputs"],
                   "Which benchmark to run.")
 flags.DEFINE_list("models", ["efficientdet-d%s" % d for d in "01234567"] + [
     "efficientdet-d7x"] + ["efficientdet-lite%s" % d for d in ("0", "1", "2", "3", "3x", "4")],
     "models: the models to measure.")
 flags.DEFINE_string("results_file", RESULTS_PATH,
-                    "models, formats, openvino_int8, class_rows, slicing: the results file the "
-                    "figures "
-                    "are recorded in.")
+                    "models, formats, openvino_int8, class_rows, large_inputs: the results file "
+                    "the figures are recorded in.")
 flags.DEFINE_string("results_entry", "format_table_demo",
                     "formats: the entry of the results file the table is recorded as.")
 flags.DEFINE_integer("eval_images", 500, "eval: how many synthetic images to evaluate.")
@@ -701,16 +702,21 @@ def print_and_record(name: str, columns, cells) -> None:
     record(name, cells, speed.machine_line(), FLAGS.results_file, columns=columns)
 
 
-def bench_slicing(config) -> None:
-    """Sliced detection against the whole-image pass (benchmarks/slicing.py)."""
+def bench_large_inputs(config) -> None:
+    """Sliced detection against the whole-image pass, and video frames per second
+    (benchmarks/large_inputs.py)."""
     del config  # The detector builds its own config; --hparams is applied on top.
+    from benchmarks import large_inputs
     from benchmarks.class_rows import ClassRowsSettings, train_source
-    from benchmarks.slicing import SlicingSettings, bench_slicing as run, summary
     source = train_source(os.path.join(FLAGS.data_dir, "class_rows"),
                           ClassRowsSettings(overrides=FLAGS.hparams), seed=0)
     detector = os.path.join(source, "ckpt-1")  # Its config: the run's config.yaml.
-    settings = SlicingSettings(repeats=FLAGS.repeats)
-    print_and_record("slicing", *summary(run(detector, settings), settings))
+    slicing = large_inputs.SlicingSettings(repeats=FLAGS.repeats)
+    print_and_record("slicing", *large_inputs.slicing_summary(
+        large_inputs.bench_slicing(detector, slicing), slicing))
+    video = large_inputs.VideoSettings(repeats=FLAGS.repeats)
+    print_and_record("video", *large_inputs.video_summary(
+        large_inputs.bench_video(detector, scratch_dir("video_"), video), video))
 
 
 def main(argv):
@@ -734,7 +740,7 @@ def main(argv):
      "callbacks": bench_callbacks, "models": bench_models,
      "formats": bench_formats, "openvino_int8": bench_openvino_int8,
      "open_data": bench_open_data, "class_rows": bench_class_rows,
-     "slicing": bench_slicing}[FLAGS.what](config)
+     "large_inputs": bench_large_inputs}[FLAGS.what](config)
 
 
 def run():

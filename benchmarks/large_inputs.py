@@ -1,16 +1,21 @@
-"""The slicing benchmark: a detector of the synthetic shapes, trained at 128 px, looks for
-20-pixel shapes in a 3000x3000 image, over the whole image and in tiles of 128 px.
+"""The large-inputs benchmark: a detector of the synthetic shapes, trained at 128 px, on what
+users point it at beyond single photos.
+
+- Slicing: 20-pixel shapes in a 3000x3000 image, over the whole image and in tiles of 128 px.
+  The large image has the training images' kind of background, with shapes of 20 pixels
+  scattered on it and some laid across the tiles' edges, where neighbouring tiles each see a
+  part. Each pass is scored by recall (a true shape with a detection of its class at
+  IoU >= 0.5), by the shapes found more than once, by its detections and by its time.
+- Video: a clip of moving shapes through Detector.detect_video, frames per second end to end
+  (decoding, the model, drawing, encoding, the JSON lines), without and with tracking.
 
 The detector is the class-rows benchmark's source model (D0 at 128 px, 240 steps on circles,
-squares and crosses). The large image has the training images' kind of background, with
-shapes of 20 pixels scattered on it and some laid across the tiles' edges, where neighbouring
-tiles each see a part. Each pass is scored by recall (a true shape with a detection of its
-class at IoU >= 0.5), by the shapes found more than once, by its detections and by its time.
-
-Used by `python benchmarks/bench.py --what=slicing`; plain functions, no flags.
+squares and crosses). Used by `python benchmarks/bench.py --what=large_inputs`; plain
+functions, no flags.
 """
 
 import dataclasses
+import os
 import statistics
 import time
 from typing import List
@@ -105,7 +110,7 @@ def bench_slicing(detector_dir: str, settings: SlicingSettings = SlicingSettings
     return rows
 
 
-def summary(rows: List[dict], settings: SlicingSettings):
+def slicing_summary(rows: List[dict], settings: SlicingSettings):
     """The table: (columns, one row of cells per pass)."""
     columns = ["%d shapes of %d px in a %dx%d image" % (
         settings.objects, settings.object_size, settings.image_size, settings.image_size),
@@ -113,3 +118,78 @@ def summary(rows: List[dict], settings: SlicingSettings):
     cells = [[r["name"], "%.3f" % r["recall"], str(r["found_twice"]), str(r["detections"]),
               str(r["model_runs"]), "%.2f" % r["seconds"]] for r in rows]
     return columns, cells
+
+
+@dataclasses.dataclass(frozen=True)
+class VideoSettings:
+    """The benchmark clip: frames of height x width at fps, shapes moving across them."""
+    frames: int = 120
+    height: int = 360
+    width: int = 640
+    fps: int = 30
+    shapes: int = 6
+    shape_size: int = 40
+    score_threshold: float = 0.3
+    repeats: int = 3
+    seed: int = 0
+
+
+def write_clip(path: str, settings: VideoSettings) -> None:
+    """A clip of shapes moving at constant speeds over a synthetic background (H.264)."""
+    import av
+    from benchmarks.class_rows import SOURCE_CLASSES, shapes_style
+    from efficientdet_keras.data.synthetic import contrasting_color, make_background, paint_shape
+    rng = np.random.default_rng(settings.seed)
+    style = shapes_style(SOURCE_CLASSES)
+    background = make_background(rng, settings.height, settings.width)
+    size = settings.shape_size
+    starts = rng.uniform([0, 0], [settings.height - size, settings.width - size],
+                         [settings.shapes, 2])
+    speeds = rng.uniform(-2.0, 2.0, [settings.shapes, 2])
+    classes = rng.integers(1, len(SOURCE_CLASSES) + 1, settings.shapes)
+    colours = [contrasting_color(rng, background.reshape(-1, 3)[::97]) for _ in classes]
+    with av.open(path, "w") as container:
+        stream = container.add_stream("libx264", rate=settings.fps)
+        stream.width, stream.height, stream.pix_fmt = settings.width, settings.height, "yuv420p"
+        for index in range(settings.frames):
+            frame = background.copy()
+            for start, speed, class_id, colour in zip(starts, speeds, classes, colours):
+                top, left = np.clip(start + speed * index, 0,
+                                    [settings.height - size, settings.width - size]).astype(int)
+                paint_shape(frame, int(class_id), int(top), int(left), size, colour, style.mask)
+            picture = np.clip(frame, 0, 255).astype(np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(picture, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+
+
+def bench_video(detector_path: str, folder: str, settings: VideoSettings = VideoSettings(),
+                log=print) -> List[dict]:
+    """Frames per second of detect_video on the clip, without and with tracking: the median
+    of `repeats` runs after one untimed run; prints and returns the rows."""
+    from efficientdet_keras.inference.detector import Detector
+    clip = os.path.join(folder, "clip.mp4")
+    write_clip(clip, settings)
+    detector = Detector(detector_path)
+    rows = []
+    for name, track in (("detections drawn and written", False), ("with --track", True)):
+        seconds = []
+        for run in range(settings.repeats + 1):
+            start = time.perf_counter()
+            result = detector.detect_video(clip, os.path.join(folder, "out-%d" % run),
+                                           score_threshold=settings.score_threshold,
+                                           track=track, report=lambda line: None)
+            if run:  # The first run traces the model.
+                seconds.append(time.perf_counter() - start)
+        fps = result.frames / statistics.median(seconds)
+        rows.append({"name": name, "frames": result.frames, "fps": round(fps, 1)})
+        log("%-30s %d frames, %.1f frames/s" % (name, result.frames, fps))
+    return rows
+
+
+def video_summary(rows: List[dict], settings: VideoSettings):
+    """The table: (columns, one row of cells per way)."""
+    columns = ["a %dx%d clip of %d frames, D0 at 128 px" % (
+        settings.width, settings.height, settings.frames), "frames/s"]
+    return columns, [[r["name"], "%.1f" % r["fps"]] for r in rows]
