@@ -135,3 +135,18 @@ def test_bad_video_inputs_say_what_is_wrong(tmp_path):
     with pytest.raises(ValueError, match="--track and --max_frames are for a video input"):
         detect(str(tmp_path / "out"), "photos/", 0.3, 20, track=True, model="x", model_dir="",
                ckpt="", model_name="", hparams="", num_threads=None, tta=None)
+
+
+@pytest.mark.quick
+def test_a_missing_extra_is_one_line_naming_it(clip, tmp_path, monkeypatch):
+    import sys
+    from efficientdet_keras.utils.extras import MissingExtraError
+    detector = Detector._with_backend(BrightSquares(), "squares")
+    monkeypatch.setitem(sys.modules, "trackers", None)  # As if not installed.
+    with pytest.raises(MissingExtraError, match=r'^--track \(ids across frames\) needs trackers '
+                       r'.*: pip install "efficientdet_keras\[track\]"$'):
+        detector.detect_video(clip, str(tmp_path / "out"), track=True)
+    monkeypatch.setitem(sys.modules, "av", None)
+    with pytest.raises(MissingExtraError, match=r'^reading and writing videos needs av .*'
+                       r'pip install "efficientdet_keras\[video\]"$'):
+        detector.detect_video(clip, str(tmp_path / "out"))
