@@ -584,3 +584,21 @@ class BrightSquares:
             found.append((boxes, np.full([len(boxes)], 0.9, np.float32),
                           np.ones([len(boxes)], np.int64)))
         return found
+
+
+def untrained_small_network(class_kernel_seed=None, num_classes: int = 3):
+    """A small-network EfficientDetNet at 64 px with its variables built; with
+    `class_kernel_seed` (a stateless seed pair) its class kernel is redrawn with a standard
+    deviation of 1000, so that it gives many boxes of widely spread scores."""
+    import tensorflow as tf
+    from efficientdet_keras import EfficientDetNet
+    config = tiny_config(num_classes=num_classes, image_size=64, fpn_num_filters=16,
+                         fpn_cell_repeats=1, box_class_repeats=1)
+    model = EfficientDetNet(config=config)
+    model.build_variables()
+    if class_kernel_seed is not None:
+        kernel = next(v for v in model.variables
+                      if v.name == "class_net/class-predict/pointwise_kernel:0")
+        kernel.assign(tf.random.stateless_normal(kernel.shape, class_kernel_seed,
+                                                 stddev=1000.0))
+    return model

@@ -6,10 +6,8 @@ import json
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
-from helpers import BrightSquares, tiny_config
-from efficientdet_keras import EfficientDetNet
+from helpers import BrightSquares, untrained_small_network
 from efficientdet_keras.detection.slicing import (SliceSettings, merge_detections,
                                                   slice_settings, tile_windows)
 from efficientdet_keras.inference.detector import Detector
@@ -96,12 +94,7 @@ def test_sliced_detection_finds_the_small_objects_each_once():
 def test_slicing_runs_a_real_model_tile_by_tile(tmp_path):
     """A network's detections of an image of four tiles, sliced into those tiles, are its
     detections of each tile, moved to where the tile lies."""
-    config = tiny_config(num_classes=3, image_size=64, fpn_num_filters=16, fpn_cell_repeats=1,
-                         box_class_repeats=1)
-    model = EfficientDetNet(config=config)
-    model.build_variables()
-    kernel = [v for v in model.variables if v.name == "class_net/class-predict/pointwise_kernel:0"]
-    kernel[0].assign(tf.random.stateless_normal(kernel[0].shape, [4, 5], stddev=1000.0))
+    model = untrained_small_network(class_kernel_seed=[4, 5])
     tiles = np.random.RandomState(7).randint(0, 256, [4, 64, 64, 3]).astype(np.uint8)
     image = np.concatenate([np.concatenate(tiles[:2], 1), np.concatenate(tiles[2:], 1)], 0)
     plain = Detector.from_model(model).detect(list(tiles))

@@ -4,10 +4,9 @@ hand-placed boxes, and the Detector's tta against the mirror symmetry it must ha
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
-from helpers import bright_box_image, tiny_config, write_image
-from efficientdet_keras import Detector, EfficientDetNet
+from helpers import bright_box_image, tiny_config, untrained_small_network, write_image
+from efficientdet_keras import Detector
 from efficientdet_keras.data.pipeline import InputPipeline
 from efficientdet_keras.data.formats.records import ImageRecord
 from efficientdet_keras.data.sources import RecordsSource
@@ -102,12 +101,7 @@ def test_evaluation_with_flip_tta_maps_the_mirror_pass_back(tmp_path):
 
 
 def test_detector_flip_tta_is_mirror_symmetric():
-    config = tiny_config(num_classes=3, image_size=64, fpn_num_filters=16, fpn_cell_repeats=1,
-                         box_class_repeats=1)
-    model = EfficientDetNet(config=config)
-    model.build_variables()
-    kernel = [v for v in model.variables if v.name == "class_net/class-predict/pointwise_kernel:0"]
-    kernel[0].assign(tf.random.stateless_normal(kernel[0].shape, [1, 2], stddev=1000.0))
+    model = untrained_small_network(class_kernel_seed=[1, 2])
     image = np.random.RandomState(3).randint(0, 256, [64, 64, 3]).astype(np.uint8)
     plain = Detector.from_model(model).detect(image)
     detector = Detector.from_model(model, tta="flip")

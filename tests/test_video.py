@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from helpers import BrightSquares, LoopbackServer, tiny_config
+from helpers import BrightSquares, LoopbackServer, untrained_small_network
 from efficientdet_keras.inference.detector import Detector
 from efficientdet_keras.inference.video import is_video_source
 
@@ -109,11 +109,7 @@ def test_tracked_squares_keep_their_ids_through_every_frame(clip, tmp_path):
 
 
 def test_a_network_runs_over_the_video_and_the_command_writes_it(clip, tmp_path):
-    from efficientdet_keras import EfficientDetNet
-    model = EfficientDetNet(config=tiny_config(num_classes=3, image_size=64,
-                                               fpn_num_filters=16, fpn_cell_repeats=1,
-                                               box_class_repeats=1))
-    model.build_variables()
+    model = untrained_small_network()
     result = Detector.from_model(model).detect_video(clip, str(tmp_path / "out"),
                                                      score_threshold=0.0, max_boxes=5)
     assert read_back(result.video) == (FRAMES, FPS, (HEIGHT, WIDTH))
