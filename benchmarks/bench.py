@@ -58,7 +58,7 @@ Benchmarks:
                AP after the same steps with the class rows carried by name, skipped, or taken
                by class count (benchmarks/class_rows.py), recorded in --results_file.
 
-  large_inputs the class-rows benchmark's shape detector (D0 at 128 px) on 20-pixel shapes in a
+  large_inputs the class-rows benchmark's shape detector (D0 at 128 px) on 32-pixel shapes in a
                3000x3000 image (recall, shapes found twice and seconds, over the whole image
                and in tiles) and on a 640x360 clip (frames/s of detect_video, with and without
                tracking) (benchmarks/large_inputs.py), recorded in --results_file.
@@ -708,8 +708,8 @@ def bench_large_inputs(config) -> None:
     del config  # The detector builds its own config; --hparams is applied on top.
     from benchmarks import large_inputs
     from benchmarks.class_rows import ClassRowsSettings, train_source
-    source = train_source(os.path.join(FLAGS.data_dir, "class_rows"),
-                          ClassRowsSettings(overrides=FLAGS.hparams), seed=0)
+    source = train_source(os.path.join(FLAGS.data_dir, "class_rows"), ClassRowsSettings(
+        source_steps=large_inputs.SOURCE_STEPS, overrides=FLAGS.hparams), seed=0)
     detector = os.path.join(source, "ckpt-1")  # Its config: the run's config.yaml.
     slicing = large_inputs.SlicingSettings(repeats=FLAGS.repeats)
     print_and_record("slicing", *large_inputs.slicing_summary(

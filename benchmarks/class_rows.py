@@ -7,12 +7,12 @@ that order: the source knows two of its three classes by name, under other ids, 
 classes. Each arm fine-tunes the source checkpoint on the target data for the same few steps
 with the same seed and scores COCO AP on the target's validation images:
 
-  by_name   the default: square and circle start from the source's rows, triangle at the prior;
-  skipped   no class carried, all at the prior (the target's names changed so that none
-            matches), as a head of another class count starts;
-  random    no class carried, the class-prediction rows at their random initial values
-            (var_exclude_expr on them): how a skipped head started before it started at the
+  by_name   the default: square and circle start from the source's rows, triangle near the
             prior;
+  skipped   no class carried, all near the prior (the target's names changed so that none
+            matches), as a head of another class count starts;
+  random    no class carried, the class-prediction rows at the initializer's own random
+            values (var_exclude_expr on them), whose logits start far from the prior;
   by_count  --noclass_rows_by_name: equal counts take the whole head, each class starting from
             whatever the source had at its id (square from circle's row, and so on).
 
@@ -141,8 +141,8 @@ def bench_class_rows(data_dir: str, settings: ClassRowsSettings = ClassRowsSetti
 
 ARM_LABELS = {
     "by_name": "carried by name (the default)",
-    "skipped": "none carried, all at the prior (as a head of another class count)",
-    "random": "none carried, random rows (`var_exclude_expr` on them)",
+    "skipped": "none carried, all near the prior (as a head of another class count)",
+    "random": "none carried, rows at the initializer's scale (`var_exclude_expr` on them)",
     "by_count": "taken by class count (`--noclass_rows_by_name`)",
 }
 

@@ -62,13 +62,18 @@ def test_class_channels_by_hand():
     # the model 2: its class 1 is the checkpoint's 3, its class 2 is new.
     checkpoint = np.array([11., 12., 13., 21., 22., 23.])
     initial = np.array([-1., -2., -3., -4.])
-    # A bias keeps the new class's initial value (the prior); a kernel's is zero, so that the
-    # class's logit is the prior at every anchor.
+    # A bias keeps the new class's initial value (the prior); a kernel's initial values are
+    # scaled to a spread of 0.01, so that the class's logit starts near the prior.
     assert class_channels(checkpoint, initial, {1: 3}, 2, kernel=False).tolist() == [
         13., -2., 23., -4.]
-    assert class_channels(checkpoint, initial, {1: 3}, 2, kernel=True).tolist() == [
-        13., 0., 23., 0.]
-    assert class_channels(None, initial, {}, 2, kernel=True).tolist() == [0.] * 4
+    np.testing.assert_allclose(class_channels(checkpoint, initial, {1: 3}, 2, kernel=True),
+                               [13., -0.02, 23., -0.04])  # -2 and -4 spread by 1
+    spread = np.std(initial)  # sqrt(1.25)
+    np.testing.assert_allclose(class_channels(None, initial, {}, 2, kernel=True),
+                               initial * 0.01 / spread)
+    # A kernel whose every class is carried is the checkpoint's alone.
+    assert class_channels(checkpoint[:4], initial, {1: 1, 2: 2}, 2, kernel=True).tolist() == [
+        11., 12., 13., 21.]
     with pytest.raises(ValueError, match="beyond its 3 classes"):
         class_channels(checkpoint, initial, {1: 4}, 2, kernel=False)
 
@@ -111,10 +116,11 @@ def shapes_run(tmp_path_factory):
     return str(run), save_ckpt(model, str(run / "ckpt-1"))
 
 
-def test_two_known_classes_carried_the_new_one_at_the_prior(shapes_run, capsys):
+def test_two_known_classes_carried_the_new_one_near_the_prior(shapes_run, capsys):
     run, prefix = shapes_run
     reader = tf.train.load_checkpoint(prefix)
     model = small_trainer({1: "Square", 2: "cross", 3: "circle"})
+    initial_kernel = class_predict(model, "pointwise_kernel")
     report = model.load_pretrained(run)
     assert report.class_rows.ids == {1: 2, 3: 1}
     bias, kernel = class_predict(model, "bias"), class_predict(model, "pointwise_kernel")
@@ -125,7 +131,8 @@ def test_two_known_classes_carried_the_new_one_at_the_prior(shapes_run, capsys):
         np.testing.assert_array_equal(channels(kernel, model_id, 3),
                                       channels(ckpt_kernel, ckpt_id, 3))
     np.testing.assert_allclose(channels(bias, 2, 3), PRIOR_BIAS, rtol=1e-6)
-    assert not channels(kernel, 2, 3).any()
+    new = channels(initial_kernel, 2, 3)
+    np.testing.assert_allclose(channels(kernel, 2, 3), new * 0.01 / np.std(new), rtol=1e-5)
     # The rest of the head is the same for every class and loads whole.
     depthwise = "class_net/class-predict/depthwise_kernel"
     np.testing.assert_array_equal(class_predict(model, "depthwise_kernel"),
@@ -143,13 +150,14 @@ def test_equal_counts_with_other_names_no_longer_take_the_whole_head(shapes_run)
     report = model.load_pretrained(run)
     assert report.class_rows.ids == {}
     np.testing.assert_array_equal(class_predict(model, "bias"), initial)
-    assert not class_predict(model, "pointwise_kernel").any()  # Every class at the prior.
-    # Another class count, names not asked for: the head is skipped, and starts at the prior.
+    # Every class near the prior.
+    np.testing.assert_allclose(np.std(class_predict(model, "pointwise_kernel")), 0.01, rtol=1e-5)
+    # Another class count, names not asked for: the head is skipped, and starts near the prior.
     fewer = small_trainer({1: "gizmo", 2: "gadget"}, class_rows_by_name=False)
     skipped = fewer.load_pretrained(run)
     assert sorted(name.split(":")[0] for name in skipped.mismatched) == [
         "class_net/class-predict/bias", "class_net/class-predict/pointwise_kernel"]
-    assert not class_predict(fewer, "pointwise_kernel").any()
+    np.testing.assert_allclose(np.std(class_predict(fewer, "pointwise_kernel")), 0.01, rtol=1e-5)
     np.testing.assert_allclose(class_predict(fewer, "bias"), PRIOR_BIAS, rtol=1e-6)
     assert report.class_rows.describe("x") == (
         "Class head: none of the 3 classes is one of x's by name; all start new")
@@ -176,6 +184,7 @@ def test_coco_rows_of_the_released_d0_for_voc_names(reference_dir):
     model = EfficientDetNetTrain(tiny_config(num_classes=3, label_map=data))
     rows = ClassRows(match_class_names(data, COCO_LABEL_MAP), data, COCO_LABEL_MAP)
     assert rows.ids == {1: 4, 3: 1}
+    initial_kernel = class_predict(model, "pointwise_kernel")
     report = restore_ckpt(model, folder, class_rows=rows)
     assert report.class_rows is rows and not report.skipped
     assert rows.describe("efficientdet-d0") == (
@@ -188,13 +197,24 @@ def test_coco_rows_of_the_released_d0_for_voc_names(reference_dir):
                                   channels(kernel, 1, 90))
     np.testing.assert_allclose(channels(class_predict(model, "bias"), 2, 3), PRIOR_BIAS,
                                rtol=1e-6)
-    # On images, in inference mode: the new class's logit is the prior at every anchor of
-    # every level, whatever the released network's features (a random kernel put it far off).
+    # On images, in inference mode: the new class's logit starts near the prior at every
+    # anchor of every level; the initializer's own kernel, on the released network's
+    # features, puts it far off.
     images = tf.constant(np.stack(synthetic_images(2, 128, 128)), tf.float32) / 255.0
+
+    def new_class_logits():
+        class_outputs, _ = model(images, training=False)
+        return np.concatenate([channels(level.numpy(), 2, 3).ravel() for level in class_outputs])
+
+    near = np.abs(new_class_logits() - PRIOR_BIAS).max()
     class_outputs, _ = model(images, training=False)
     for level in class_outputs:
-        np.testing.assert_allclose(channels(level.numpy(), 2, 3), PRIOR_BIAS, rtol=1e-5)
         assert np.ptp(channels(level.numpy(), 3, 3)) > 0.1  # A carried class sees the image.
+    unscaled = class_predict(model, "pointwise_kernel")
+    unscaled[..., np.arange(9) * 3 + 1] = channels(initial_kernel, 2, 3)
+    model.class_net.predict.pointwise_kernel.assign(unscaled)
+    far = np.abs(new_class_logits() - PRIOR_BIAS).max()
+    assert near < 0.1 and far > 5 * near, (near, far)
 
 
 def test_a_training_run_says_which_classes_it_carried(shapes_run, tmp_path, capsys):

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from helpers import BrightSquares, untrained_small_network
-from efficientdet_keras.detection.slicing import (SliceSettings, merge_detections,
-                                                  slice_settings, tile_windows)
+from efficientdet_keras.detection.slicing import (SliceSettings, detect_sliced,
+                                                  merge_detections, slice_settings,
+                                                  tile_windows)
 from efficientdet_keras.inference.detector import Detector
 
 
@@ -56,6 +57,31 @@ def test_a_box_cut_at_a_tile_edge_becomes_the_whole_one():
     fused = merge_detections(boxes, scores, classes, SliceSettings(64, merge="wbf",
                                                                    threshold=0.4))
     assert len(fused[0]) == 3 and fused[1][0] == pytest.approx((0.9 + 0.95) / 2)
+
+
+@pytest.mark.quick
+def test_weak_boxes_around_an_object_are_dropped_before_merging():
+    """A model's low-scoring boxes at other anchors often hold a confident one. Merged by IoS
+    they would widen it to their size; the score threshold drops them in each tile first."""
+    image = np.zeros([200, 200, 3], np.uint8)
+    image[50:70, 50:70] = 255
+
+    def detect(crops):  # In each tile: the bright square at 0.9, and the whole tile at 0.1.
+        found = []
+        for crop in crops:
+            rows, cols = np.nonzero(crop[..., 0])
+            boxes = [[0, 0, crop.shape[0], crop.shape[1]]]
+            if rows.size:
+                boxes.insert(0, [rows.min(), cols.min(), rows.max() + 1, cols.max() + 1])
+            found.append((np.array(boxes, np.float32), np.array([0.9, 0.1][-len(boxes):]),
+                          np.ones(len(boxes), np.int64)))
+        return found
+
+    settings = SliceSettings(100, overlap=0.2, full_image=False)
+    boxes, scores, _ = detect_sliced(detect, image, settings, score_threshold=0.3)
+    assert boxes.tolist() == [[50, 50, 70, 70]] and scores.tolist() == pytest.approx([0.9])
+    widened, _, _ = detect_sliced(detect, image, settings)  # Every box merged: a tile's size.
+    assert widened[0].tolist() == [0, 0, 100, 100]
 
 
 def large_image_with_small_squares(size=3000, square=20, tile=256, overlap=0.2):

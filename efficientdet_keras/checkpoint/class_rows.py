@@ -3,10 +3,10 @@
 The class head's last convolution (`class-predict`) has one output channel per anchor and class,
 anchor-major: channel `a * num_classes + (id - 1)`. When the checkpoint and the model both know
 their class names, each model class whose name the checkpoint knows starts from the
-checkpoint's channels of that class, at every anchor; the other classes start at the
-focal-loss prior (a zero kernel and the prior bias: their logit is the prior's at every anchor).
-Everything else in the head is the same for every class and loads as usual. A class head of
-another class count that is not carried by name starts at the prior too.
+checkpoint's channels of that class, at every anchor; the other classes start near the
+focal-loss prior (the prior bias and a small random kernel: their logit is close to the prior's
+at every anchor). Everything else in the head is the same for every class and loads as usual.
+A class head of another class count that is not carried by name starts near the prior too.
 
 Names match when they are equal ignoring case, spaces, "_" and "-" ("Traffic_Light" is COCO's
 "traffic light"), or when `CLASS_NAME_ALIASES` puts them in one group.
@@ -33,6 +33,10 @@ CLASS_NAME_ALIASES = (
 # The variables whose last axis is the anchor-major class channels.
 CLASS_PREDICT_VARIABLES = ("class_net/class-predict/bias", "class_net/class-predict/kernel",
                            "class_net/class-predict/pointwise_kernel")
+# The spread of a new class's kernel: RetinaNet's initialisation of a class head's last layer
+# (and the plain-convolution head's own), small enough that a trained network's features give
+# logits near the bias, large enough that the gradient reaches the layers below.
+NEW_CLASS_KERNEL_STDDEV = 0.01
 
 
 def _normalized(name: str) -> str:
@@ -123,12 +127,14 @@ def rows_fit(model_shape, ckpt_shape, rows: Mapping[int, int], num_anchors: int)
 def class_channels(checkpoint_value: Optional[np.ndarray], initial_value: np.ndarray,
                    rows: Mapping[int, int], num_anchors: int, kernel: bool) -> np.ndarray:
     """The model's class-predict value: each carried class's channels at every anchor taken
-    from the checkpoint's (None: no class is carried), the other classes at the prior.
+    from the checkpoint's (None: no class is carried), the other classes near the prior.
 
-    At the prior means that the class's logit is the bias alone at every anchor: a kernel's
-    channels of the new classes are zeros, a bias's keep the initial value (the focal-loss
-    prior). A random kernel would not start them there: on the features of a trained
-    network it gives logits far from the prior, and a validation loss in the millions.
+    Near the prior means that the class's logit is close to the bias at every anchor: a
+    bias's channels of the new classes keep the initial value (the focal-loss prior), a
+    kernel's keep their random initial values scaled to NEW_CLASS_KERNEL_STDDEV. The
+    initializer's own scale gives logits far from the prior on the features of a trained
+    network, and a validation loss in the millions; a zero kernel starts at the prior but
+    passes no gradient to the layers below until it has moved away from zero.
 
     Raises:
       ValueError when either last axis is not num_anchors x a class count, or a checkpoint id
@@ -156,8 +162,10 @@ def class_channels(checkpoint_value: Optional[np.ndarray], initial_value: np.nda
             ckpt_index = np.arange(num_anchors) * ckpt_classes + ckpt_id - 1
             value[..., model_index] = checkpoint_value[..., ckpt_index]
             carried[model_index] = True
-    if kernel:
-        value[..., ~carried] = 0.0
+    if kernel and not carried.all():
+        new = value[..., ~carried]
+        spread = float(np.std(new))
+        value[..., ~carried] = new * (NEW_CLASS_KERNEL_STDDEV / spread) if spread > 0 else 0.0
     return value
 
 

@@ -74,10 +74,10 @@ def restore_ckpt(model, ckpt_path: str, use_ema: Optional[bool] = None,
         backbone and the rest keeps its initial values.
       class_rows: which model class starts from which checkpoint class (ClassRows); given,
         the class-prediction layer takes the checkpoint's channels of those classes (at every
-        anchor) whatever the two class counts, and starts the other classes at the focal-loss
-        prior (checkpoint/class_rows.py). None: it loads whole when its shape fits; a class
-        kernel of another class count is skipped and set to zeros, so that every class starts
-        at the prior.
+        anchor) whatever the two class counts, and starts the other classes near the
+        focal-loss prior (checkpoint/class_rows.py). None: it loads whole when its shape fits;
+        a class kernel of another class count is skipped and scaled down as a new class's, so
+        that every class starts near the prior.
 
     Returns:
       A RestoreReport listing what was loaded and skipped.
@@ -134,7 +134,7 @@ def _plan_restore(model, ckpt_shapes: Mapping[str, list], path: str, use_ema: bo
     Returns:
       The report, and (variable, checkpoint key, class rows or None) to assign. A variable
       without an EMA entry takes its plain value; a class kernel of another class count comes
-      as (variable, None, {}): no class carried, all at the prior.
+      as (variable, None, {}): no class carried, all near the prior.
     """
     exclude_pattern = re.compile(exclude) if exclude else None
     # Pruning masks and quantization ranges: loaded when the checkpoint has them (one of
@@ -160,7 +160,7 @@ def _plan_restore(model, ckpt_shapes: Mapping[str, list], path: str, use_ema: bo
         if model_shape != ckpt_shape if rows is None else not rows_fit(
                 model_shape, ckpt_shape, rows, _anchors_per_location(model)):
             report.mismatched.append("%s: model %s vs checkpoint %s" % (name, model_shape, ckpt_shape))
-            if is_class_predict_kernel(name):  # A head of another class count: at the prior.
+            if is_class_predict_kernel(name):  # A head of another class count: near the prior.
                 assignments.append((variable, None, {}))
             continue
         assignments.append((variable, key, rows))

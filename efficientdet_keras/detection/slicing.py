@@ -134,13 +134,17 @@ def merge_detections(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
             np.asarray(kept_classes, np.int64)[order])
 
 
-def detect_sliced(detect, image: np.ndarray, settings: SliceSettings, batch_size: int = 8):
+def detect_sliced(detect, image: np.ndarray, settings: SliceSettings,
+                  score_threshold: float = 0.0, batch_size: int = 8):
     """Sliced detection of one image.
 
     Args:
       detect: runs the model: a list of uint8 images [h, w, 3] in, a list of (boxes [n, 4]
         in that image's pixels, scores [n], classes [n]) out.
       image: uint8 [H, W, 3].
+      score_threshold: each tile's detections scoring lower are dropped before merging.
+        Merging by IoS would otherwise widen a confident box to a weak one around it: the
+        model's low-scoring boxes at other anchors often hold the object.
       batch_size: tiles given to `detect` at a time.
 
     Returns:
@@ -155,7 +159,11 @@ def detect_sliced(detect, image: np.ndarray, settings: SliceSettings, batch_size
         offsets.append(np.zeros(4))
     found = []
     for start in range(0, len(crops), batch_size):
-        found += detect(crops[start:start + batch_size])
+        for boxes, scores, classes in detect(crops[start:start + batch_size]):
+            keep = np.asarray(scores).reshape(-1) >= score_threshold
+            found.append((np.asarray(boxes).reshape(-1, 4)[keep],
+                          np.asarray(scores).reshape(-1)[keep],
+                          np.asarray(classes).reshape(-1)[keep]))
     # Clipped to the tile first: models clip to their padded input, which reaches past it.
     boxes = [np.clip(np.asarray(b, np.float64).reshape(-1, 4), 0, np.tile(crop.shape[:2], 2))
              + offset for (b, _, _), crop, offset in zip(found, crops, offsets)]

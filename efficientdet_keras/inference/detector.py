@@ -175,15 +175,17 @@ class Detector:
             found = [Detections.from_arrays(boxes, scores, classes, image.shape[:2],
                                             self.label_map).top(score_threshold, max_detections)
                      for image, (boxes, scores, classes)
-                     in zip(arrays, self._detect_arrays(arrays) if arrays else [])]
+                     in zip(arrays, self._detect_arrays(arrays, score_threshold)
+                            if arrays else [])]
         return found[0] if single else found
 
-    def _detect_arrays(self, arrays):
+    def _detect_arrays(self, arrays, score_threshold: float):
         """(boxes, scores, classes) per image: of the whole images, or with slicing, of
-        their tiles merged."""
+        their tiles' detections at or above score_threshold, merged."""
         if self.slicing is None:
             return self._detect_whole(arrays)
-        return [detect_sliced(self._detect_whole, image, self.slicing) for image in arrays]
+        return [detect_sliced(self._detect_whole, image, self.slicing, score_threshold)
+                for image in arrays]
 
     def _detect_whole(self, arrays):
         """The backend's (boxes, scores, classes) per image; with tta "flip", fused with
