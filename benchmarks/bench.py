@@ -58,9 +58,9 @@ Benchmarks:
                AP after the same steps with the class rows carried by name, skipped, or taken
                by class count (benchmarks/class_rows.py), recorded in --results_file.
 
-  large_inputs the class-rows benchmark's shape detector (D0 at 128 px) on 32-pixel shapes in a
-               3000x3000 image (recall, shapes found twice and seconds, over the whole image
-               and in tiles) and on a 640x360 clip (frames/s of detect_video, with and without
+  large_inputs the class-rows benchmark's shape detector (D0 at 128 px) on 20- and 32-pixel
+               shapes in a 3000x3000 image (recall, shapes found twice and seconds, over the
+               whole image and in tiles) and on a 640x360 clip (frames/s of detect_video, with and without
                tracking) (benchmarks/large_inputs.py), recorded in --results_file.
 
   open_data    a COCO folder of --open_data_images JPEGs: seconds to open it and read its

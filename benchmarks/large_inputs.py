@@ -1,8 +1,8 @@
 """The large-inputs benchmark: a detector of the synthetic shapes, trained at 128 px, on what
 users point it at beyond single photos.
 
-- Slicing: 32-pixel shapes in a 3000x3000 image, over the whole image and in tiles of 128 px.
-  The large image has the training images' kind of background, with shapes of 32 pixels
+- Slicing: shapes of 20 and of 32 pixels in a 3000x3000 image, over the whole image and in
+  tiles of 128 px. The large image has the training images' kind of background, with the shapes
   scattered on it and some laid across the tiles' edges, where neighbouring tiles each see a
   part. Each pass is scored by recall (a true shape with a detection of its class at
   IoU >= 0.5), by the shapes found more than once, by its detections and by its time.
@@ -15,6 +15,7 @@ functions, no flags.
 """
 
 import dataclasses
+import functools
 import os
 import statistics
 import time
@@ -31,7 +32,7 @@ SOURCE_STEPS = 720
 class SlicingSettings:
     """The benchmark's sizes."""
     image_size: int = 3000
-    object_size: int = 32
+    object_sizes: tuple = (20, 32)  # One image for each: shapes of that side.
     objects: int = 150
     tile: int = 128
     overlap: float = 0.2
@@ -40,13 +41,13 @@ class SlicingSettings:
     seed: int = 0
 
 
-def large_image(settings: SlicingSettings):
+def large_image(settings: SlicingSettings, object_size: int):
     """(image uint8 [S, S, 3], boxes [n, 4], classes [n]): shapes of object_size pixels on a
     synthetic background, a tenth of them laid across the tiles' vertical edges."""
     from benchmarks.class_rows import SOURCE_CLASSES, shapes_style
     from efficientdet_keras.data.synthetic import contrasting_color, make_background, paint_shape
     rng = np.random.default_rng(settings.seed)
-    size, side = settings.image_size, settings.object_size
+    size, side = settings.image_size, object_size
     style = shapes_style(SOURCE_CLASSES)
     image = make_background(rng, size, size)
     step = int(round(settings.tile * (1 - settings.overlap)))
@@ -87,40 +88,45 @@ def score(found, boxes: np.ndarray, classes: np.ndarray) -> dict:
 
 def bench_slicing(detector_dir: str, settings: SlicingSettings = SlicingSettings(),
                   log=print) -> List[dict]:
-    """Each pass over the large image: its scores and the median seconds of `repeats`
-    runs after one untimed run; prints and returns the rows."""
+    """Each object size, each pass over its large image: the scores and the median seconds of
+    `repeats` runs after one untimed run; prints and returns the rows."""
     from efficientdet_keras.detection.slicing import SliceSettings, tile_windows
     from efficientdet_keras.inference.detector import Detector
-    image, boxes, classes = large_image(settings)
     slicing = SliceSettings(settings.tile, settings.overlap)
     tiles = len(tile_windows(settings.image_size, settings.image_size, slicing))
+    passes = (("whole image", None, 1),
+              ("tiles of %d px, overlap %g, and the whole image"
+               % (settings.tile, settings.overlap), slicing, tiles + 1))
+    detectors = {name: Detector(detector_dir, slice=slice_) for name, slice_, _ in passes}
     rows = []
-    for name, slice_, runs in (("whole image", None, 1),
-                               ("tiles of %d px, overlap %g, and the whole image"
-                                % (settings.tile, settings.overlap), slicing, tiles + 1)):
-        detector = Detector(detector_dir, slice=slice_)
-        found = detector.detect(image, score_threshold=settings.score_threshold)
-        seconds = []
-        for _ in range(settings.repeats):
-            start = time.perf_counter()
-            detector.detect(image, score_threshold=settings.score_threshold)
-            seconds.append(time.perf_counter() - start)
-        row = dict(score(found, boxes, classes), name=name, model_runs=runs,
-                   seconds=round(statistics.median(seconds), 2))
-        rows.append(row)
-        log("%-50s recall %.3f, %d found twice, %d detections, %d model runs, %.2f s"
-            % (name, row["recall"], row["found_twice"], row["detections"], runs,
-               row["seconds"]))
+    for object_size in settings.object_sizes:
+        image, boxes, classes = large_image(settings, object_size)
+        for name, _, runs in passes:
+            detect = functools.partial(detectors[name].detect,
+                                       score_threshold=settings.score_threshold)
+            found = detect(image)
+            seconds = []
+            for _ in range(settings.repeats):
+                start = time.perf_counter()
+                detect(image)
+                seconds.append(time.perf_counter() - start)
+            row = dict(score(found, boxes, classes), name=name, object_size=object_size,
+                       model_runs=runs, seconds=round(statistics.median(seconds), 2))
+            rows.append(row)
+            log("%d px: %-48s recall %.3f, %d found twice, %d detections, %d model runs, "
+                "%.2f s" % (object_size, name, row["recall"], row["found_twice"],
+                            row["detections"], runs, row["seconds"]))
     return rows
 
 
 def slicing_summary(rows: List[dict], settings: SlicingSettings):
-    """The table: (columns, one row of cells per pass)."""
-    columns = ["%d shapes of %d px in a %dx%d image" % (
-        settings.objects, settings.object_size, settings.image_size, settings.image_size),
-        "recall (IoU 0.5)", "shapes found twice", "detections", "model runs", "seconds"]
-    cells = [[r["name"], "%.3f" % r["recall"], str(r["found_twice"]), str(r["detections"]),
-              str(r["model_runs"]), "%.2f" % r["seconds"]] for r in rows]
+    """The table: (columns, one row of cells per object size and pass)."""
+    columns = ["%d shapes in a %dx%d image" % (settings.objects, settings.image_size,
+                                              settings.image_size),
+               "shape side (px)", "recall (IoU 0.5)", "shapes found twice", "detections",
+               "model runs", "seconds"]
+    cells = [[r["name"], str(r["object_size"]), "%.3f" % r["recall"], str(r["found_twice"]),
+              str(r["detections"]), str(r["model_runs"]), "%.2f" % r["seconds"]] for r in rows]
     return columns, cells
 
 
