@@ -128,6 +128,10 @@ def test_bad_video_inputs_say_what_is_wrong(tmp_path):
     (tmp_path / "text.mp4").write_text("not a video")
     with pytest.raises(ValueError, match="text.mp4 cannot be read as a video"):
         detector.detect_video(str(tmp_path / "text.mp4"), str(tmp_path / "out"))
+    # This machine has no camera: the index names the device it tried.
+    with pytest.raises(ValueError, match=r"camera 7 \(/dev/video7 through FFmpeg's v4l2\) "
+                                         "cannot be opened"):
+        detector.detect_video("7", str(tmp_path / "out"))
     with pytest.raises(ValueError, match="--track and --max_frames are for a video input"):
         detect(str(tmp_path / "out"), "photos/", 0.3, 20, track=True, model="x", model_dir="",
                ckpt="", model_name="", hparams="", num_threads=None, tta=None)

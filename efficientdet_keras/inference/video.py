@@ -50,7 +50,11 @@ def open_video(source: str):
     if source.isdigit():
         import sys
         device, format_name = _CAMERAS.get(sys.platform, _CAMERAS["linux"])
-        return av.open(device % int(source), format=format_name)
+        try:
+            return av.open(device % int(source), format=format_name)
+        except av.error.FFmpegError as e:
+            raise ValueError("camera %s (%s through FFmpeg's %s) cannot be opened: %s"
+                             % (source, device % int(source), format_name, e)) from None
     if "://" not in source and not os.path.exists(source):
         raise FileNotFoundError("no video at %s" % source)
     try:
