@@ -109,9 +109,11 @@ def test_tracked_squares_keep_their_ids_through_every_frame(clip, tmp_path):
 
 
 def test_a_network_runs_over_the_video_and_the_command_writes_it(clip, tmp_path):
+    from efficientdet_keras.workflows.detect import detect_inputs
     model = untrained_small_network()
-    result = Detector.from_model(model).detect_video(clip, str(tmp_path / "out"),
-                                                     score_threshold=0.0, max_boxes=5)
+    # What efficientdet-infer --input=<clip> runs: a video input goes to detect_video.
+    result = detect_inputs(Detector.from_model(model), clip, str(tmp_path / "out"),
+                           score_threshold=0.0, max_boxes=5)
     assert read_back(result.video) == (FRAMES, FPS, (HEIGHT, WIDTH))
     with open(result.detections) as f:
         records = [json.loads(line) for line in f]
@@ -132,6 +134,9 @@ def test_bad_video_inputs_say_what_is_wrong(tmp_path):
     with pytest.raises(ValueError, match=r"camera 7 \(/dev/video7 through FFmpeg's v4l2\) "
                                          "cannot be opened"):
         detector.detect_video("7", str(tmp_path / "out"))
+    from efficientdet_keras.workflows.detect import detect_inputs
+    with pytest.raises(ValueError, match="--track and --max_frames are for a video input"):
+        detect_inputs(detector, "photos/", str(tmp_path / "out"), max_frames=3)
     with pytest.raises(ValueError, match="--track and --max_frames are for a video input"):
         detect(str(tmp_path / "out"), "photos/", 0.3, 20, track=True, model="x", model_dir="",
                ckpt="", model_name="", hparams="", num_threads=None, tta=None)

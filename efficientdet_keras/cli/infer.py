@@ -88,22 +88,16 @@ def slicing_flags(tile, overlap: float, merge: str):
 
 def detect(output_dir: str, inputs: str, score_threshold: float, max_boxes: int,
            track: bool = False, max_frames=None, **model) -> None:
-    from efficientdet_keras.inference.video import is_video_source
-    from efficientdet_keras.workflows.detect import detect_images
+    from efficientdet_keras.workflows.detect import (DetectResult, check_video_options,
+                                                     detect_inputs)
     if not output_dir:
         raise ValueError("--output_dir is required")
-    video = is_video_source(inputs)
-    if (track or max_frames) and not video:
-        raise ValueError("--track and --max_frames are for a video input (a video file, a "
-                         "stream URL or a camera index), not %s" % inputs)
-    detector = load_detector(**model)
-    if video:
-        detector.detect_video(inputs, output_dir, score_threshold=score_threshold,
-                              max_boxes=max_boxes, track=track, max_frames=max_frames)
-        return
-    detect_images(detector, inputs, output_dir, score_threshold=score_threshold,
-                  max_boxes=max_boxes)
-    print("Annotated images and detections.json in %s" % output_dir)
+    check_video_options(inputs, track, max_frames)  # Before a model is loaded.
+    result = detect_inputs(load_detector(**model), inputs, output_dir,
+                           score_threshold=score_threshold, max_boxes=max_boxes, track=track,
+                           max_frames=max_frames)
+    if isinstance(result, DetectResult):
+        print("Annotated images and detections.json in %s" % output_dir)
 
 
 def main(argv):

@@ -1,10 +1,11 @@
 """detect: a model run over image files, each written with its boxes drawn, and the detections
-of all of them in one JSON file.
+of all of them in one JSON file; or over a video, a stream or a camera (inference/video.py).
 
     from efficientdet_keras import Detector
-    from efficientdet_keras.workflows.detect import detect_images
+    from efficientdet_keras.workflows.detect import detect_images, detect_inputs
     result = detect_images(Detector("efficientdet-d0"), "photos/", "out/")
     result.detections["street.jpg"]       # boxes, scores, class ids and names of one file
+    detect_inputs(Detector("efficientdet-d0"), "clip.mp4", "out/", track=True)  # a video
 """
 
 import dataclasses
@@ -69,3 +70,32 @@ def detect_images(detector, inputs: str, output_dir: str, *, score_threshold: fl
         report("%s: %d detection(s)" % (path, len(found)))
     write_json_atomically(os.path.join(output_dir, DETECTIONS_FILE), result.detections)
     return result
+
+
+def check_video_options(inputs: str, track: bool, max_frames) -> bool:
+    """Whether `inputs` is a video (a file, a stream URL or a camera index); ValueError when
+    track or max_frames are given for images."""
+    from efficientdet_keras.inference.video import is_video_source
+    video = is_video_source(inputs)
+    if (track or max_frames) and not video:
+        raise ValueError("--track and --max_frames are for a video input (a video file, a "
+                         "stream URL or a camera index), not %s" % inputs)
+    return video
+
+
+def detect_inputs(detector, inputs: str, output_dir: str, *, score_threshold: float = 0.3,
+                  max_boxes: int = 20, track: bool = False, max_frames=None,
+                  report: Callable[[str], None] = print):
+    """What efficientdet-infer does with --input: a video file, stream URL or camera index
+    through Detector.detect_video (its VideoResult), anything else as images through
+    detect_images (its DetectResult).
+
+    Raises:
+      ValueError: track or max_frames given for images.
+    """
+    if not check_video_options(inputs, track, max_frames):
+        return detect_images(detector, inputs, output_dir, score_threshold=score_threshold,
+                             max_boxes=max_boxes, report=report)
+    return detector.detect_video(inputs, output_dir, score_threshold=score_threshold,
+                                 max_boxes=max_boxes, track=track, max_frames=max_frames,
+                                 report=report)
