@@ -166,3 +166,66 @@ def test_labeler_rejects_out_of_range_class_ids():
     with pytest.raises(tf.errors.InvalidArgumentError) as e:
         labeler.label(tf.constant([[0.0, 0.0, 8.0, 8.0]]), tf.constant([7]))
     assert "1..3" in str(e.value) and "7" in str(e.value)
+
+
+def numpy_labels(anchors, boxes, classes, ignore, threshold=0.5):
+    """The matching rules of AnchorLabeler, written out per anchor and per box in numpy (float64):
+    an independent reading of its docstring."""
+    num_anchors = len(anchors)
+    class_targets = np.full(num_anchors, BACKGROUND)
+    box_of = np.full(num_anchors, -1)
+    candidates = [k for k in range(len(boxes)) if classes[k] > 0 and not ignore[k]]
+    regions = [k for k in range(len(boxes)) if classes[k] > 0 and ignore[k]]
+    a, b = anchors.astype(np.float64)[:, None, :], boxes.astype(np.float64)[None, :, :]
+    inter = (np.clip(np.minimum(a[..., 2], b[..., 2]) - np.maximum(a[..., 0], b[..., 0]), 0, None)
+             * np.clip(np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 1], b[..., 1]), 0, None))
+    union = ((a[..., 2] - a[..., 0]) * (a[..., 3] - a[..., 1])
+             + (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1]) - inter)
+    iou = np.where(union > 0, inter / np.maximum(union, 1e-12), 0.0)  # [anchors, boxes]
+    for k in candidates:  # Each box claims its best anchor; later boxes win a shared one.
+        if iou[:, k].max() > 0:
+            box_of[int(np.argmax(iou[:, k]))] = k
+    best = iou[:, candidates].max(axis=1) if candidates else np.full(num_anchors, -1.0)
+    for a in np.flatnonzero(box_of < 0):
+        if best[a] >= threshold:
+            box_of[a] = candidates[int(np.argmax(iou[a, candidates]))]
+    area = (anchors[:, 2] - anchors[:, 0]) * (anchors[:, 3] - anchors[:, 1])
+    for k in regions:
+        inter_h = np.clip(np.minimum(anchors[:, 2], boxes[k, 2])
+                          - np.maximum(anchors[:, 0], boxes[k, 0]), 0, None)
+        inter_w = np.clip(np.minimum(anchors[:, 3], boxes[k, 3])
+                          - np.maximum(anchors[:, 1], boxes[k, 1]), 0, None)
+        class_targets[(inter_h * inter_w / area >= threshold) & (box_of < 0)] = IGNORE
+    class_targets[(best >= threshold) & (box_of < 0)] = IGNORE  # Never reached at 0.5 / 0.5.
+    positive = box_of >= 0
+    class_targets[positive] = classes[box_of[positive]] - 1
+    return class_targets, positive, box_of
+
+
+def test_labeler_matches_a_per_anchor_numpy_reading_on_d0_anchors():
+    """Random images of 0-12 boxes (crowds, padding rows, repeated boxes that tie) on D0's
+    49,104 anchors at 512: classes and positives equal, box codes of the positives close."""
+    config = get_efficientdet_config("efficientdet-d0")
+    labeler = AnchorLabeler(config, (512, 512))
+    anchors = labeler.anchors.boxes
+    rng = np.random.default_rng(3)
+    for trial in range(6):
+        count = [0, 1, 3, 12, 7, 5][trial]
+        corner = rng.uniform(0, 480, (count, 2))
+        size = rng.uniform(4, 400, (count, 2)) * rng.choice([0.1, 1.0], (count, 1))
+        boxes = np.concatenate([corner, np.minimum(corner + size, 512)], 1).astype(np.float32)
+        if count >= 3:
+            boxes[1] = boxes[0]  # A tie: the first box of best IoU wins.
+        classes = rng.integers(1, config.num_classes + 1, count)
+        if count >= 5:
+            classes[-1] = 0  # Padding.
+        ignore = rng.random(count) < 0.25
+        class_targets, box_targets, num_positives = labeler.label(boxes, classes, ignore)
+        expected, positive, box_of = numpy_labels(anchors, boxes, classes, ignore)
+        np.testing.assert_array_equal(flat(class_targets), expected)
+        assert float(num_positives) == positive.sum()
+        codes = flat(box_targets).reshape(-1, 4)
+        assert not codes[~positive].any()
+        np.testing.assert_allclose(
+            codes[positive], encode_boxes(tf.constant(boxes[box_of[positive]]),
+                                          tf.constant(anchors[positive])), rtol=1e-5, atol=1e-5)

@@ -41,11 +41,11 @@ def clean_annotations(raw: Dict[str, tf.Tensor], image: tf.Tensor, num_classes: 
                                         "its EXIF rotation? boxes read in the image's pixels, "
                                         "which may misplace them",
                                "; using the image's size"))
-    health.note("size_mismatches", name, tf.strings.join(
+    # What to count and warn about, noted at the end behind one branch (DataHealth.notes).
+    notes = [("size_mismatches", tf.cast(size_differs, tf.int64), lambda: tf.strings.join(
         ["image/height, image/width say ", tf.strings.as_string(raw["height"]), "x",
          tf.strings.as_string(raw["width"]), ", the image is ", tf.strings.as_string(height), "x",
-         tf.strings.as_string(width), remedy]),
-        tf.cast(size_differs, tf.int64))
+         tf.strings.as_string(width), remedy]))]
     frame = tf.where(resized, stated, actual)
 
     boxes = tf.cast(raw["boxes"], tf.float32)
@@ -72,22 +72,24 @@ def clean_annotations(raw: Dict[str, tf.Tensor], image: tf.Tensor, num_classes: 
     # Each check sees the objects the previous ones kept.
     not_finite = tf.logical_not(tf.reduce_all(tf.math.is_finite(objects[0]), axis=1))
     objects = _drop(objects, not_finite, "nan_boxes_dropped", " box(es) with NaN or inf",
-                    health, name)
+                    notes)
     boxes = objects[0]
     inverted = tf.logical_or(boxes[:, 0] > boxes[:, 2], boxes[:, 1] > boxes[:, 3])
     objects = _drop(objects, inverted, "inverted_boxes_dropped", " box(es) with min above max",
-                    health, name)
+                    notes)
     bad_class = _bad_class(objects[1])
-    objects = _drop(objects, bad_class, "bad_class_boxes_dropped", tf.strings.join(
+    bad_classes = objects[1]
+    objects = _drop(objects, bad_class, "bad_class_boxes_dropped", lambda: tf.strings.join(
         [" box(es) with class ids outside 1..%d, e.g. " % num_classes,
-         tf.strings.as_string(_first(tf.boolean_mask(objects[1], bad_class)))]), health, name)
+         tf.strings.as_string(_first(tf.boolean_mask(bad_classes, bad_class)))]), notes)
     boxes = objects[0]
     outside = tf.reduce_any(tf.logical_or(boxes < 0.0, boxes > 1.0), axis=1)
-    _note_count(health, "boxes_clipped", name, outside, " box(es) partly outside the image")
+    _note_count(notes, "boxes_clipped", outside, " box(es) partly outside the image")
     objects = (tf.clip_by_value(boxes, 0.0, 1.0),) + objects[1:]
     boxes = objects[0]
     no_area = tf.logical_or(boxes[:, 2] <= boxes[:, 0], boxes[:, 3] <= boxes[:, 1])
-    objects = _drop(objects, no_area, "empty_boxes_dropped", " box(es) with no area", health, name)
+    objects = _drop(objects, no_area, "empty_boxes_dropped", " box(es) with no area", notes)
+    health.notes(name, notes)
     health.note_truncation(name, tf.size(objects[1]), max_instances)
     boxes, classes, is_crowd, area, object_index = (t[:max_instances] for t in objects)
     pixel_area = ((boxes[:, 2] - boxes[:, 0]) * tf.cast(height, tf.float32)
@@ -101,14 +103,17 @@ def _first(values: tf.Tensor) -> tf.Tensor:
     return tf.concat([values, tf.zeros([1], values.dtype)], 0)[0]
 
 
-def _note_count(health, kind, name, mask, detail):
+def _note_count(notes, kind, mask, detail):
+    """Adds (kind, the count of `mask`, "<count><detail>") to `notes`; `detail` is a string
+    or a function making one."""
     count = tf.reduce_sum(tf.cast(mask, tf.int64))
-    health.note(kind, name, tf.strings.join([tf.strings.as_string(count), detail]), count)
+    notes.append((kind, count, lambda: tf.strings.join(
+        [tf.strings.as_string(count), detail() if callable(detail) else detail])))
 
 
-def _drop(objects, drop, kind, detail, health, name):
+def _drop(objects, drop, kind, detail, notes):
     """objects (boxes, classes, is_crowd, area, object_index) without those where `drop`
-    (bool [N])."""
-    _note_count(health, kind, name, drop, detail)
+    (bool [N]), the drop added to `notes`."""
+    _note_count(notes, kind, drop, detail)
     keep = tf.reshape(tf.where(tf.logical_not(drop)), [-1])  # One index list for all five.
     return tuple(tf.gather(t, keep) for t in objects)

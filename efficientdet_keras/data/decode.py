@@ -61,7 +61,8 @@ def _first_problem(checks: Sequence[Tuple[str, tf.Tensor]]) -> tf.Tensor:
 
 
 def _annotation_checks(raw: Dict[str, tf.Tensor]):
-    """The record-level checks that need no image: [(kind, condition)] and {kind: detail}."""
+    """The record-level checks that need no image: [(kind, condition)] and {kind: function
+    making the detail}."""
     counts = tf.cast(raw["coordinate_counts"], tf.int64)
     num_boxes = tf.shape(raw["boxes"], out_type=tf.int64)[0]
     num_labels = tf.size(raw["classes"], out_type=tf.int64)
@@ -78,17 +79,18 @@ def _annotation_checks(raw: Dict[str, tf.Tensor]):
         ("missing_images", no_image),
     ]
     details = {
-        "truncated_files": raw["problem_detail"], "unparseable_examples": raw["problem_detail"],
-        "mismatched_box_lists": tf.strings.join(
+        "truncated_files": lambda: raw["problem_detail"],
+        "unparseable_examples": lambda: raw["problem_detail"],
+        "mismatched_box_lists": lambda: tf.strings.join(
             ["ymin/xmin/ymax/xmax have ",
              tf.strings.reduce_join(tf.strings.as_string(counts), separator="/"), " values"]),
-        "label_box_count_mismatches": tf.strings.join(
+        "label_box_count_mismatches": lambda: tf.strings.join(
             [tf.strings.as_string(num_labels), " labels for ", tf.strings.as_string(num_boxes),
              " boxes"]),
-        "mismatched_crowd_or_area": tf.strings.join(
+        "mismatched_crowd_or_area": lambda: tf.strings.join(
             ["is_crowd has ", tf.strings.as_string(crowd), " values and area ",
              tf.strings.as_string(area), " for ", tf.strings.as_string(num_labels), " objects"]),
-        "missing_images": tf.constant("no image/encoded bytes"),
+        "missing_images": lambda: tf.constant("no image/encoded bytes"),
     }
     return checks, details
 
@@ -97,7 +99,7 @@ def _read_and_decode(raw: Dict[str, tf.Tensor], problem: tf.Tensor):
     """Reads (path) and decodes the image unless `problem` is already set.
 
     Returns image uint8 [H, W, 3] ([0, 0, 3] when unusable), the updated problem code
-    and {kind: detail} for the image kinds.
+    and {kind: function making the detail} for the image kinds.
     """
     needs_read = tf.logical_and(tf.equal(problem, 0), tf.not_equal(raw["path"], ""))
     data, read_ok = tf.cond(needs_read, lambda: attempt(tf.io.read_file, raw["path"], ""),
@@ -113,14 +115,17 @@ def _read_and_decode(raw: Dict[str, tf.Tensor], problem: tf.Tensor):
     problem = _update(problem, [("oversized_images", pixels > MAX_IMAGE_PIXELS),
                                 ("undecodable_images",
                                  tf.logical_not(tf.logical_and(decoded, has_pixels)))])
-    undecodable = tf.where(
-        tf.equal(tf.strings.length(data), 0), "zero bytes",
-        tf.where(tf.equal(image_format, ""),
-                 tf.strings.join([tf.strings.as_string(tf.strings.length(data)),
-                                  " bytes that are not a JPEG, PNG, GIF or BMP image"]),
-                 tf.strings.join(["corrupt or truncated ", image_format, " data"])))
-    details = {"unreadable_image_files": tf.constant("the image file is missing or unreadable"),
-               "oversized_images": tf.strings.join([
+    def undecodable():
+        return tf.where(
+            tf.equal(tf.strings.length(data), 0), "zero bytes",
+            tf.where(tf.equal(image_format, ""),
+                     tf.strings.join([tf.strings.as_string(tf.strings.length(data)),
+                                      " bytes that are not a JPEG, PNG, GIF or BMP image"]),
+                     tf.strings.join(["corrupt or truncated ", image_format, " data"])))
+
+    details = {"unreadable_image_files":
+               lambda: tf.constant("the image file is missing or unreadable"),
+               "oversized_images": lambda: tf.strings.join([
                    "its header claims ", tf.strings.as_string(pixels), " pixels, more than the ",
                    format(MAX_IMAGE_PIXELS, ","), " an image may have here (tile or downscale "
                    "it)"]),
@@ -161,17 +166,22 @@ def decode_and_clean(raw: Dict[str, tf.Tensor], num_classes: int, max_instances:
     largest = tf.reduce_max(tf.concat([finite, [0.0]], 0))
     problem = _update(problem, [("pixel_boxes", tf.logical_and(
         raw["boxes_normalized"], largest > PIXEL_COORDINATE_THRESHOLD))])
-    details["pixel_boxes"] = tf.strings.join(
+    details["pixel_boxes"] = lambda: tf.strings.join(
         ["box coordinates up to ", tf.strings.as_string(largest, shortest=True),
          " look like pixels, but the records should hold normalised 0..1 values; skipping "
          "such records (warned once)"])
-    for code, kind in enumerate(SKIP_KINDS, 1):
-        health.note(kind, name, details[kind], tf.cast(tf.equal(problem, code), tf.int64))
+    # The details' strings are made only for a skipped record, inside the branches.
+    health.notes(name, [(kind, tf.cast(tf.equal(problem, code), tf.int64), details[kind])
+                        for code, kind in enumerate(SKIP_KINDS, 1)])
     ok = tf.equal(problem, 0)
     health.count_good(ok)
-    # The data check names every skipped record with its reason (the warnings stop after a few).
-    reasons = tf.stack([tf.strings.join([kind, ": ", details[kind]]) for kind in SKIP_KINDS])
-    skip_reason = tf.where(ok, "", tf.gather(reasons, tf.maximum(problem - 1, 0)))
+
+    def reason():  # The data check names every skipped record with its reason.
+        reasons = tf.stack([tf.strings.join([kind, ": ", details[kind]()])
+                            for kind in SKIP_KINDS])
+        return tf.gather(reasons, tf.maximum(problem - 1, 0))
+
+    skip_reason = tf.cond(ok, lambda: tf.constant(""), reason)
 
     def cleaned():
         return clean_annotations(raw, image, num_classes, max_instances, health, strict, name)

@@ -8,7 +8,7 @@ Warnings read "Data: <kind> in record source_id <id> / <file name> (#<n> of <tfr
 import collections
 import dataclasses
 import sys
-from typing import Dict
+from typing import Dict, Sequence, Tuple
 
 import tensorflow as tf
 from absl import logging
@@ -72,7 +72,8 @@ class DataHealth:
 
     def note(self, kind: str, record: tf.Tensor, detail, count=1) -> None:
         """Counts `count` (int scalar tensor, may be 0) events of `kind` in `record`
-        (string scalar) and prints a warning for the first few."""
+        (string scalar) and prints a warning for the first few. `detail` is a string
+        tensor, or a function making one (only called for a record warned about)."""
         count = tf.cast(count, tf.int64)
         limit = 1 if kind in _WARN_ONCE else self.warnings_per_kind
         label = kind.replace("_", " ")
@@ -81,11 +82,25 @@ class DataHealth:
         seen = self._counts[kind].assign_add(count) - count
 
         def warn():  # The message is only put together for the few records warned about.
+            text = detail() if callable(detail) else detail
             return _warn(tf.reshape(tf.where(  # A scalar, or tf.print quotes it as a tensor.
-                seen < limit, tf.strings.join(["Data: ", label, " in ", record, ": ", detail]),
+                seen < limit, tf.strings.join(["Data: ", label, " in ", record, ": ", text]),
                 "Data: more %s; counting without further warnings." % label), []))
 
         tf.cond(tf.logical_and(count > 0, seen <= limit), warn, lambda: tf.constant(False))
+
+    def notes(self, record: tf.Tensor, entries: Sequence[Tuple[str, tf.Tensor, object]]) -> None:
+        """`note` for each (kind, count, detail) of `entries`, behind one cond: a record
+        with nothing to note (nearly all of them) costs the input pipeline one branch,
+        not a counter update and a branch per kind."""
+        counts = tf.stack([tf.cast(count, tf.int64) for _, count, _ in entries])
+
+        def note_each():
+            for (kind, _, detail), count in zip(entries, tf.unstack(counts)):
+                self.note(kind, record, detail, count)
+            return tf.constant(True)
+
+        tf.cond(tf.reduce_any(counts > 0), note_each, lambda: tf.constant(False))
 
     def note_truncation(self, record: tf.Tensor, num_objects: tf.Tensor,
                         max_instances: int) -> None:

@@ -175,6 +175,11 @@ class AnchorLabeler:
     `match_threshold` inside an ignored box (crowd, or marked ignore; measured
     as intersection over the anchor's area, as COCO treats crowds) is ignored.
     Runs in graph mode inside tf.data map functions.
+
+    The work over all anchors is a few elementwise passes over a `[boxes, anchors]` IoU
+    (anchors innermost, each box's values broadcast along a row: the layout TensorFlow's
+    CPU kernels handle fastest) and one max over boxes; which box an anchor matches, and
+    its encoded box, are computed for the positives alone and scattered into place.
     """
 
     def __init__(self, config, image_size: Sequence[int] = None,
@@ -183,6 +188,9 @@ class AnchorLabeler:
         self.num_classes = config.num_classes
         self.match_threshold = match_threshold
         self.unmatched_threshold = unmatched_threshold
+        corners = self.anchors.boxes.T  # [4, num_anchors]: ymin, xmin, ymax, xmax rows.
+        self._anchor_corners = corners
+        self._anchor_areas = (corners[2] - corners[0]) * (corners[3] - corners[1])
 
     def label(self, boxes: tf.Tensor, classes: tf.Tensor, ignore: tf.Tensor = None):
         """Targets for one image.
@@ -211,49 +219,78 @@ class AnchorLabeler:
             classes, self.num_classes, summarize=20,
             message="class id out of range: ids must be 1..%d (0 or less marks padding); "
                     "got ids" % self.num_classes)
-        # A dummy last row (class 0, never matched) keeps argmax and gather
-        # valid when the image has no boxes.
+        # A dummy last row (class 0, never matched) keeps the max over boxes and the
+        # gathers valid when the image has no boxes.
         with tf.control_dependencies([check]):
             boxes = tf.concat([boxes, tf.zeros([1, 4])], axis=0)
         classes = tf.concat([classes, [0]], axis=0)
         ignore = tf.concat([ignore, [False]], axis=0)
         valid = classes > 0
         candidates = tf.logical_and(valid, tf.logical_not(ignore))
-        ignored_regions = tf.logical_and(valid, ignore)
-
-        anchors = tf.constant(self.anchors.boxes)
         num_anchors = self.anchors.num_anchors
-        iou = pairwise_iou(anchors, boxes)  # [num_anchors, N + 1]
-        match_iou = tf.where(candidates[tf.newaxis, :], iou, -1.0)
-        best_gt = tf.argmax(match_iou, axis=1, output_type=tf.int32)
-        best_iou = tf.reduce_max(match_iou, axis=1)
+
+        iou = self._iou_with_anchors(boxes)  # [N + 1, num_anchors]
+        # Boxes that may not be matched (padding, ignored) count as IoU -1.
+        is_candidate = tf.cast(candidates, tf.float32)[:, tf.newaxis]
+        match_iou = iou * is_candidate + (is_candidate - 1.0)
+        best_iou = tf.reduce_max(match_iou, axis=0)  # [num_anchors]
 
         # Each box claims its best anchor; when two claim the same anchor the
         # later box wins (deterministically, by taking the larger index).
-        gt_best_anchor = tf.argmax(iou, axis=0, output_type=tf.int32)  # [N + 1]
-        claims = tf.logical_and(candidates, tf.reduce_max(iou, axis=0) > 0)
+        gt_best_anchor = tf.argmax(iou, axis=1, output_type=tf.int32)  # [N + 1]
+        claims = tf.logical_and(candidates, tf.reduce_max(iou, axis=1) > 0)
         claim_anchor = tf.boolean_mask(gt_best_anchor, claims)
         claim_gt = tf.boolean_mask(tf.range(tf.size(classes)), claims)
         forced_gt = tf.tensor_scatter_nd_max(
             tf.fill([num_anchors], -1), claim_anchor[:, tf.newaxis], claim_gt)
 
         is_forced = forced_gt >= 0
-        matched_gt = tf.where(is_forced, forced_gt, best_gt)
         is_positive = tf.logical_or(is_forced, best_iou >= self.match_threshold)
         in_between = best_iou >= self.unmatched_threshold
-        ioa = tf.where(ignored_regions[tf.newaxis, :], pairwise_ioa(anchors, boxes), 0.0)
-        in_ignored_region = tf.reduce_max(ioa, axis=1) >= self.match_threshold
         is_ignored = tf.logical_and(tf.logical_not(is_positive),
-                                    tf.logical_or(in_between, in_ignored_region))
+                                    tf.logical_or(in_between, self._in_ignored_region(
+                                        tf.boolean_mask(boxes, tf.logical_and(valid, ignore)))))
 
-        class_targets = tf.where(
-            is_positive, tf.gather(classes, matched_gt) - 1,
-            tf.where(is_ignored, IGNORE, BACKGROUND))
-        box_targets = tf.where(is_positive[:, tf.newaxis],
-                               encode_boxes(tf.gather(boxes, matched_gt), anchors), 0.0)
-        num_positives = tf.reduce_sum(tf.cast(is_positive, tf.float32))
+        # The positives alone: their box (the claim, else the first box of best IoU),
+        # class and encoded box, scattered over the background and ignore codes.
+        positives = tf.where(is_positive)  # [P, 1] int64
+        positive_index = positives[:, 0]
+        best_gt = tf.argmax(tf.gather(match_iou, positive_index, axis=1), axis=0,
+                            output_type=tf.int32)
+        forced_here = tf.gather(forced_gt, positive_index)
+        matched_gt = tf.where(forced_here >= 0, forced_here, best_gt)
+        not_positive_codes = BACKGROUND + (IGNORE - BACKGROUND) * tf.cast(is_ignored, tf.int32)
+        class_targets = tf.tensor_scatter_nd_update(
+            not_positive_codes, positives, tf.gather(classes, matched_gt) - 1)
+        codes = encode_boxes(tf.gather(boxes, matched_gt),
+                             tf.gather(tf.constant(self.anchors.boxes), positive_index))
+        box_targets = tf.scatter_nd(positives, codes, [num_anchors, 4])
+        num_positives = tf.cast(tf.size(positive_index), tf.float32)
         return (self._split_levels(class_targets, 1), self._split_levels(box_targets, 4),
                 num_positives)
+
+    def _iou_with_anchors(self, boxes: tf.Tensor) -> tf.Tensor:
+        """IoU of each of `[N, 4]` boxes with every anchor: `[N, num_anchors]`."""
+        intersection, box_areas = self._intersections(boxes)
+        union = box_areas + self._anchor_areas - intersection
+        # Where the union is empty so is the intersection: the quotient is 0 there.
+        return intersection / tf.maximum(union, _EPSILON)
+
+    def _intersections(self, boxes: tf.Tensor):
+        """Intersection areas `[N, num_anchors]` of `[N, 4]` boxes with the anchors, and
+        the boxes' areas `[N, 1]`."""
+        ymin, xmin, ymax, xmax = tf.split(boxes, 4, axis=1)  # [N, 1] each
+        a_ymin, a_xmin, a_ymax, a_xmax = self._anchor_corners
+        inter_h = tf.maximum(tf.minimum(ymax, a_ymax) - tf.maximum(ymin, a_ymin), 0.0)
+        inter_w = tf.maximum(tf.minimum(xmax, a_xmax) - tf.maximum(xmin, a_xmin), 0.0)
+        return inter_h * inter_w, (ymax - ymin) * (xmax - xmin)
+
+    def _in_ignored_region(self, ignored_boxes: tf.Tensor) -> tf.Tensor:
+        """`[num_anchors]` bool: the anchor lies at least match_threshold inside one of the
+        `[M, 4]` ignored boxes (intersection over the anchor's area). M is usually 0."""
+        intersection, _ = self._intersections(ignored_boxes)
+        inside = intersection / np.maximum(self._anchor_areas, _EPSILON)  # Anchors have areas.
+        return tf.reduce_any(inside >= self.match_threshold, axis=0)
 
     def _split_levels(self, flat: tf.Tensor, values_per_anchor: int) -> Dict[int, tf.Tensor]:
         """Cuts `[num_anchors, ...]` into {level: `[H_l, W_l, A * values_per_anchor]`}."""
