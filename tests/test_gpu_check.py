@@ -3,13 +3,14 @@ rows, each in its own process), and the pieces of its table."""
 
 import re
 import subprocess
+import textwrap
 
 import pytest
 
 from helpers import python
 from efficientdet_keras.workflows import gpu_check, gpu_check_table
-from efficientdet_keras.workflows.gpu_check import (FAILED, SKIPPED, TIMED_OUT, WORKS,
-                                                      CheckOptions, RowResult)
+from efficientdet_keras.workflows.gpu_check import (FAILED, HOST_ROW, SKIPPED, TIMED_OUT,
+                                                      WORKS, CheckOptions, RowResult)
 from efficientdet_keras.training.device_settings import SETTINGS, setting_named
 
 # A slim D0 at 64 px: every row builds, traces and trains it in seconds. batch_norm_renorm
@@ -20,6 +21,8 @@ TINY_FLAGS = ["--image_size=64", "--batch_size=2", "--steps=2",
               "batch_norm_renorm=true"]
 # "float32                 0.117 s      17.1        1,296 MB  works"
 WORKING_ROW = re.compile(r"^(\S+(?: \S+)*)\s+([\d.]+) s\s+([\d.]+)\s+([\d,]+) MB  works$", re.M)
+# "host input pipeline           -     176.4               -  works"
+HOST_TABLE_ROW = re.compile(r"^host input pipeline\s+-\s+([\d.]+)\s+-  works$", re.M)
 
 
 def run_check(*args, timeout=600):
@@ -38,10 +41,10 @@ def test_cpu_run_works_skips_and_fails_rows_with_their_reasons():
     assert result.stderr.strip().splitlines()[-1] == (
         "efficientdet-gpu-check: 1 setting(s) did not work: gradient checkpointing")
 
-    # A progress line per row, in table order, then the table.
-    progress = re.findall(r"^\[(\d)/4\] ([^:]+):", out, re.M)
+    # A progress line per row, in table order, the host row last, then the table.
+    progress = re.findall(r"^\[(\d)/5\] ([^:]+):", out, re.M)
     assert progress == [("1", "float32"), ("2", "mixed_bfloat16"), ("3", "mirrored float32"),
-                        ("4", "gradient checkpointing")]
+                        ("4", "gradient checkpointing"), ("5", HOST_ROW)]
     table = out.split("\n\n")[1].splitlines()
     assert re.match(r"^setting\s+step \(median\)\s+images/s\s+peak RSS \(CPU\)\s+result$",
                     table[0]), table[0]
@@ -58,8 +61,13 @@ def test_cpu_run_works_skips_and_fails_rows_with_their_reasons():
     assert re.match(r"^gradient checkpointing\s+-\s+-\s+-\s+failed: ValueError: Invalid config: "
                     r"grad_checkpoint cannot be combined with batch_norm_renorm: .*forward$",
                     table[4]), table[4]
+    host_rate = HOST_TABLE_ROW.match(table[5]).group(1)
+    assert float(host_rate) > 0, table[5]
 
-    comparison = out.split("\n\n")[2].splitlines()
+    # A slim D0 step on a CPU takes images far slower than the host's pipeline makes them.
+    assert out.split("\n\n")[2] == ("the host's input pipeline (%s images/s) keeps ahead of "
+                                    "every step measured." % host_rate)
+    comparison = out.split("\n\n")[3].splitlines()
     assert comparison[1] == "  measured here, efficientdet-d0 at 64 px, batch 2, on the CPU:"
     assert re.match(r"^    float32 +%s images/s$" % rates["float32"], comparison[2])
     assert re.match(r"^    mixed_bfloat16 +%s images/s \(the fastest mixed-precision row\)$"
@@ -112,6 +120,101 @@ def test_progress_lines():
         "[1/5] float32: works, 0.123 s/step, 64.8 images/s, peak GPU memory 9,877 MB (41 s)")
     assert gpu_check_table.progress_line(3, 5, ROWS[2], "peak RSS (CPU)") == (
         "[3/5] mirrored float32: skipped: needs 2 GPUs (found 1)")
+    assert gpu_check_table.progress_line(5, 5, HOST, "peak GPU memory") == (
+        "[5/5] host input pipeline: works, 100.0 images/s (12 s)")
+
+
+# --- the host row ---------------------------------------------------------------------------
+
+HOST = RowResult(HOST_ROW, WORKS, images_per_s=100.0, seconds=12.0)
+
+
+@pytest.mark.quick
+def test_host_row_sits_in_the_images_per_s_column():
+    table = gpu_check_table.format_table(ROWS[:2] + [HOST], "peak GPU memory").splitlines()
+    assert table[1:] == [
+        "float32                    0.123 s      64.8         9,877 MB  works",
+        "mixed_float16 XLA          0.050 s     160.0         5,000 MB  works",
+        "host input pipeline              -     100.0                -  works"]
+    assert HOST_TABLE_ROW.match(table[3])
+
+
+def test_host_verdict_names_the_steps_the_pipeline_is_slower_than():
+    slower = gpu_check_table.host_verdict(ROWS + [HOST])
+    assert " ".join(slower.split()) == (
+        "the host's input pipeline (100.0 images/s) is slower than the step at mixed_float16 "
+        "XLA (160.0 images/s): more CPU cores, `cache` (`--cache=ram`: decoded images kept "
+        "after the first epoch), or tf.data service (`--data_service`).")
+    assert max(map(len, slower.splitlines())) <= 100
+    faster = RowResult(HOST_ROW, WORKS, images_per_s=500.0)
+    assert gpu_check_table.host_verdict(ROWS + [faster]) == (
+        "the host's input pipeline (500.0 images/s) keeps ahead of every step measured.")
+    # Nothing to compare: no working host row, or no working step.
+    assert gpu_check_table.host_verdict(ROWS) == ""
+    assert gpu_check_table.host_verdict(ROWS + [RowResult(HOST_ROW, FAILED, "OSError")]) == ""
+    assert gpu_check_table.host_verdict(ROWS[2:5] + [HOST]) == ""
+
+
+def test_run_check_ends_with_the_host_row_run_without_gpus():
+    """Each row's child prints its JSON line; the host row's also the GPUs CUDA shows it."""
+    def child_argv(name):
+        return python_child(textwrap.dedent("""
+            import json, os
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            print(json.dumps({"works": True, "images_per_s": 8.0 if visible else 4.0,
+                              "step_s": None if visible else 0.5, "gpus": visible}))"""))
+    progress = []
+    rows = gpu_check.run_check([setting_named("float32"), setting_named("mirrored float32")],
+                               gpus=0, child_argv=child_argv, timeout=60,
+                               on_row=lambda index, count, row: progress.append(
+                                   (index, count, row.setting)))
+    assert progress == [(1, 3, "float32"), (2, 3, "mirrored float32"), (3, 3, HOST_ROW)]
+    assert [(row.setting, row.status, row.images_per_s) for row in rows] == [
+        ("float32", WORKS, 4.0), ("mirrored float32", SKIPPED, None), (HOST_ROW, WORKS, 8.0)]
+    assert gpu_check.child_environment(hide_gpus=True)["CUDA_VISIBLE_DEVICES"] == "-1"
+
+
+def test_host_row_measures_the_training_pipeline(tmp_path, monkeypatch):
+    """A few small images, so the row's images/s comes in a second."""
+    monkeypatch.setattr(gpu_check, "HOST_IMAGES", 4)
+    monkeypatch.setattr(gpu_check, "HOST_IMAGE_SHAPE", (48, 64))
+    result = gpu_check.measure_host_row(CheckOptions(image_size=64, batch_size=2),
+                                        str(tmp_path))
+    assert (result["setting"], result["works"], result["batch_size"]) == (HOST_ROW, True, 2)
+    assert result["images_per_s"] > 0
+    failed = gpu_check.measure_host_row(CheckOptions(hparams="num_clases=3"), str(tmp_path))
+    assert not failed["works"] and "num_clases" in failed["error"]
+
+
+def test_the_command_says_when_the_host_is_the_limit():
+    """The command's report with every child replaced by a fixed result: the host line under
+    the table when the host's pipeline is slower than a step, and a line saying it keeps
+    ahead when it is faster."""
+    code = textwrap.dedent("""
+        from efficientdet_keras.cli import gpu_check as command
+        from efficientdet_keras.workflows import gpu_check
+        from efficientdet_keras.workflows.gpu_check import CheckOptions, RowResult
+
+        def fixed_rows(host_rate):
+            rates = {"float32": 50.0, gpu_check.HOST_ROW: host_rate}
+            return lambda name, argv, timeout, hide_gpus=False: RowResult(
+                name, gpu_check.WORKS, step_s=None if hide_gpus else 0.04,
+                images_per_s=rates[name], peak_memory_bytes=None if hide_gpus else 10 ** 9)
+
+        for host_rate in (20.0, 80.0):
+            gpu_check.run_child = fixed_rows(host_rate)
+            command.check(["float32"], CheckOptions(batch_size=2), 60, "", "")
+            print("=" * 8)
+        """)
+    result = subprocess.run([python(), "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    slower, faster = result.stdout.split("=" * 8 + "\n")[:2]
+    assert re.search(r"^host input pipeline\s+-\s+20\.0\s+-  works$", slower, re.M), slower
+    assert ("the host's input pipeline (20.0 images/s) is slower than the step at float32 "
+            "(50.0 images/s): more CPU cores") in " ".join(slower.split())
+    assert "is slower than the step" not in faster
+    assert "the host's input pipeline (80.0 images/s) keeps ahead of every step measured." in (
+        faster.split("\n\n"))
 
 
 def test_comparison_takes_the_fastest_one_device_mixed_row_and_names_the_differences():

@@ -1,4 +1,5 @@
-"""efficientdet-gpu-check: does each training setting work on this machine's GPUs, and how fast?
+"""efficientdet-gpu-check: does each training setting work on this machine's GPUs, how fast, and
+do its CPUs make the training images as fast?
 
   efficientdet-gpu-check
   efficientdet-gpu-check --settings="float32,mixed_float16 XLA" --batch_size=16
@@ -12,9 +13,12 @@ steps (tracing, XLA compilation) and --steps timed ones, each setting in a proce
 (a crash, an out-of-memory error or a hung compile costs one row; --timeout stops a row), and
 prints a table: the median step time, images/s, the peak device memory and whether the
 setting works (or the first line of its error). Mirrored rows need at least 2 GPUs; without a
-GPU the one-device rows run on the CPU. The one-device throughput measured is then printed
-beside the training throughput NVIDIA publishes for its own EfficientDet-D0 (TensorFlow 2) at
-512 px.
+GPU the one-device rows run on the CPU. A last row, the host input pipeline, times the
+training input pipeline alone on this machine's CPUs (at the same size and batch, on
+photo-sized synthetic JPEGs), and a line under the table says at which settings it is slower
+than the step: there the host, not the GPU, sets the pace. The one-device throughput measured
+is then printed beside the training throughput NVIDIA publishes for its own EfficientDet-D0
+(TensorFlow 2) at 512 px.
 """
 
 import json
@@ -51,8 +55,9 @@ flags.DEFINE_string("data_dir", "", "Where the synthetic images (and the exporte
 flags.DEFINE_string("hub_module", "", "The TF-Hub feature module the hub-trainer rows "
                     "fine-tune: a path or URL (default: one exported from a freshly built "
                     "--model_name, so nothing is downloaded).")
-flags.DEFINE_string("measure", "", "Run the one setting of this name in this process and "
-                    "print its result as a JSON line: what each row's own process does.")
+flags.DEFINE_string("measure", "", "Run the one setting of this name (or the 'host input "
+                    "pipeline' row) in this process and print its result as a JSON line: what "
+                    "each row's own process does.")
 
 
 def child_argv(setting_name: str, options, data_dir: str, hub_module: str):
@@ -67,10 +72,13 @@ def child_argv(setting_name: str, options, data_dir: str, hub_module: str):
 def measure(setting_name: str, options, data_dir: str, hub_module: str):
     """--measure: one row, its result as one JSON line."""
     from efficientdet_keras.workflows import gpu_check
-    gpu_check.setting_named(setting_name)  # An unknown name is a flag error, not a row.
+    is_host = setting_name == gpu_check.HOST_ROW
+    if not is_host:
+        gpu_check.setting_named(setting_name)  # An unknown name is a flag error, not a row.
     folder = data_dir or tempfile.mkdtemp(prefix="efficientdet_gpu_check_")
     try:
-        result = gpu_check.measure_row(setting_name, options, folder, hub_module)
+        result = (gpu_check.measure_host_row(options, folder) if is_host else
+                  gpu_check.measure_row(setting_name, options, folder, hub_module))
     finally:
         if not data_dir:
             shutil.rmtree(folder, ignore_errors=True)
@@ -88,14 +96,17 @@ def check(setting_names, options, timeout: float, data_dir: str, hub_module: str
     names = gpu_check.gpu_names()
     gpus = len(names)
     memory_heading = gpu_check_table.memory_label(gpus)
+    host_height, host_width = gpu_check.HOST_IMAGE_SHAPE
     print(textwrap.fill("%d GPU(s) found: %s." % (gpus, ", ".join(names)) if gpus
                         else gpu_check.cpu_note(settings), width=LINE_WIDTH))
     print(textwrap.fill("%s at %d px, batch %d per device, %d untimed + %d timed steps per "
-                        "setting, each setting in its own process%s." % (
+                        "setting, each setting in its own process%s; then the %s alone, on "
+                        "%d synthetic %dx%d JPEGs." % (
                             options.model_name, options.image_size, options.batch_size,
                             gpu_check.WARMUP_STEPS, options.steps,
-                            "; hparams %s" % options.hparams if options.hparams else ""),
-                        width=LINE_WIDTH), flush=True)
+                            "; hparams %s" % options.hparams if options.hparams else "",
+                            gpu_check.HOST_ROW, gpu_check.HOST_IMAGES, host_width,
+                            host_height), width=LINE_WIDTH), flush=True)
     folder = data_dir or tempfile.mkdtemp(prefix="efficientdet_gpu_check_")
     try:
         rows = gpu_check.run_check(
@@ -108,6 +119,10 @@ def check(setting_names, options, timeout: float, data_dir: str, hub_module: str
     print()
     print(gpu_check_table.format_table(rows, memory_heading))
     print()
+    verdict = gpu_check_table.host_verdict(rows)
+    if verdict:
+        print(verdict)
+        print()
     print(gpu_check_table.throughput_comparison(rows, options, gpus))
     failed = [row.setting for row in rows
               if row.status in (gpu_check.FAILED, gpu_check.TIMED_OUT)]

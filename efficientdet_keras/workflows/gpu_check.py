@@ -6,7 +6,9 @@
     rows = plan_rows(selected_settings([]), gpus)       # [(setting, reason it is skipped)]
     results = [run_row(setting, child_argv(setting.name), timeout=1800)
                for setting, skipped in rows if not skipped]
+    results.append(run_host_row(child_argv(HOST_ROW), timeout=1800))
     print(format_table(results, memory_label(gpus)))      # gpu_check_table
+    print(host_verdict(results))                          # gpu_check_table
 
 Each row runs in a child process of its own (`measure_row`, behind the command's --measure):
 a crash, an out-of-memory error or an XLA compile that never ends then costs one row (a
@@ -17,6 +19,10 @@ repeats it, so the step is timed and not the input; it fits WARMUP_STEPS untimed
 (tracing, XLA compilation, autotuning) and then the timed ones, and prints one JSON line.
 The parent only lists the GPUs, which creates no TensorFlow device: it holds no GPU memory
 while the rows run.
+
+The rows time the step alone; the host row (HOST_ROW, `measure_host_row`) times the other half
+of training, the input pipeline on this host's CPUs, also alone and in a child of its own, so
+that the table shows which of the two sets the pace.
 """
 
 import dataclasses
@@ -45,6 +51,15 @@ SYNTHETIC_IMAGES = 8
 WORKS, FAILED, SKIPPED, TIMED_OUT = "works", "failed", "skipped", "timed out"
 # A row's text is cut here: an error's first line can hold a whole tensor shape list.
 MAX_DETAIL_CHARS = 300
+# The host row: the training input pipeline alone, on photo-sized synthetic JPEGs (decoding and
+# resizing them is most of a real dataset's cost; the rows' images are already the input size).
+HOST_ROW = "host input pipeline"
+HOST_IMAGES, HOST_IMAGE_SHAPE = 64, (480, 640)
+# Batches read untimed first (tracing the maps, filling the buffers); the timed read then
+# takes at least HOST_IMAGES images and HOST_MIN_TIMED_BATCHES batches, so that a small batch
+# is not timed over a handful of images.
+HOST_WARMUP_BATCHES = 2
+HOST_MIN_TIMED_BATCHES = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +82,8 @@ class RowResult:
     the row was skipped or stopped. step_s: median seconds of a timed step; images_per_s:
     the global batch over it; peak_memory_bytes: the GPUs' allocator peak (summed over a
     mirrored row's GPUs), or on a CPU the child's peak resident memory. seconds: the row's
-    wall time, child start to end.
+    wall time, child start to end. The host row (setting HOST_ROW) has no step or memory:
+    its images_per_s is what the input pipeline made.
     """
     setting: str
     status: str
@@ -165,19 +181,32 @@ def run_row(setting: DeviceSetting, child_argv: Sequence[str], timeout: float) -
     """Runs one row's child (`child_argv`, which ends in measure_row's JSON line) and reads
     its result; a child that crashes, prints no result or runs past `timeout` seconds (then
     stopped) is a row that did not work."""
+    return run_child(setting.name, child_argv, timeout)
+
+
+def run_host_row(child_argv: Sequence[str], timeout: float) -> RowResult:
+    """Runs the host row's child (`child_argv`, which ends in measure_host_row's JSON line)
+    with the GPUs hidden: the input pipeline runs on the CPUs, and the child then spends no
+    time starting GPUs it would not use."""
+    return run_child(HOST_ROW, child_argv, timeout, hide_gpus=True)
+
+
+def run_child(name: str, child_argv: Sequence[str], timeout: float,
+              hide_gpus: bool = False) -> RowResult:
+    """The row `name` from its child's JSON line, or from how the child failed (run_row)."""
     start = time.perf_counter()
     try:
         done = subprocess.run(list(child_argv), capture_output=True, text=True,
-                              timeout=timeout, env=child_environment())
+                              timeout=timeout, env=child_environment(hide_gpus))
     except subprocess.TimeoutExpired:
-        return RowResult(setting.name, TIMED_OUT, "stopped after %g s (--timeout)" % timeout,
+        return RowResult(name, TIMED_OUT, "stopped after %g s (--timeout)" % timeout,
                          seconds=time.perf_counter() - start)
     seconds = time.perf_counter() - start
     result = last_json_line(done.stdout)
     if result is None:
-        return RowResult(setting.name, FAILED, crash_line(done.stderr, done.returncode),
+        return RowResult(name, FAILED, crash_line(done.stderr, done.returncode),
                          seconds=seconds)
-    return RowResult(setting.name, WORKS if result.get("works") else FAILED,
+    return RowResult(name, WORKS if result.get("works") else FAILED,
                      detail=result.get("error", ""), step_s=result.get("step_s"),
                      images_per_s=result.get("images_per_s"),
                      peak_memory_bytes=result.get("peak_memory_bytes"), seconds=seconds)
@@ -188,24 +217,31 @@ def run_check(settings: Sequence[DeviceSetting], gpus: int,
               on_row: Callable[[int, int, RowResult], None] = lambda i, n, row: None
               ) -> List[RowResult]:
     """Every row of `settings`: skipped ones with their reason, the others each measured in
-    its child (child_argv(setting name), whose command line carries the CheckOptions).
-    on_row(index, count, result) after each row."""
+    its child (child_argv(setting name), whose command line carries the CheckOptions); then
+    the host row, measured in its child (child_argv(HOST_ROW)). on_row(index, count, result)
+    after each row."""
     results = []
     planned = plan_rows(settings, gpus)
+    count = len(planned) + 1
     for index, (setting, reason) in enumerate(planned, 1):
         row = (RowResult(setting.name, SKIPPED, reason) if reason else
                run_row(setting, child_argv(setting.name), timeout))
         results.append(row)
-        on_row(index, len(planned), row)
+        on_row(index, count, row)
+    results.append(run_host_row(child_argv(HOST_ROW), timeout))
+    on_row(count, count, results[-1])
     return results
 
 
-def child_environment() -> dict:
+def child_environment(hide_gpus: bool = False) -> dict:
     """The children import this copy of the package, also when it runs from a checkout that
-    is not installed."""
+    is not installed; hide_gpus: CUDA shows the child no GPU."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     path = os.environ.get("PYTHONPATH")
-    return dict(os.environ, PYTHONPATH=root + (os.pathsep + path if path else ""))
+    environment = dict(os.environ, PYTHONPATH=root + (os.pathsep + path if path else ""))
+    if hide_gpus:
+        environment["CUDA_VISIBLE_DEVICES"] = "-1"
+    return environment
 
 
 def last_json_line(stdout: str) -> Optional[dict]:
@@ -242,12 +278,63 @@ def measure_row(setting_name: str, options: CheckOptions, data_dir: str,
       "replicas", "global_batch"}, or {"setting", "works": False, "error": the error's first
       line}: every failure is the row's result.
     """
+    return _row_result(setting_name, lambda: _measure(setting_named(setting_name), options,
+                                                      data_dir, hub_module))
+
+
+def measure_host_row(options: CheckOptions, data_dir: str) -> dict:
+    """The host row in this process: the images/s the training input pipeline of the options'
+    config (size, per-device batch, hparams) makes on this host's CPUs, alone, from HOST_IMAGES
+    synthetic JPEGs of HOST_IMAGE_SHAPE written into data_dir (or reused from there).
+
+    The per-device batch serves every row: under MirroredStrategy one pipeline makes each
+    replica's batch in turn, so its images/s is what the host gives all the GPUs together.
+
+    Returns:
+      {"setting": HOST_ROW, "works": True, "images_per_s", "batch_size"}, or {"setting",
+      "works": False, "error": the error's first line}.
+    """
+    return _row_result(HOST_ROW, lambda: _measure_host(options, data_dir))
+
+
+def input_pipeline_images_per_s(config, source, warmup_batches: int = HOST_WARMUP_BATCHES,
+                                timed_images: int = HOST_IMAGES) -> float:
+    """Images/s that the training InputPipeline of `config` makes from `source` (a
+    data.sources source), read as fast as it comes: warmup_batches untimed batches, then
+    batches of config.batch_size holding at least `timed_images` images (and at least
+    HOST_MIN_TIMED_BATCHES of them), timed."""
+    from efficientdet_keras.data.pipeline import InputPipeline
+    pipeline = InputPipeline(config, source, is_training=True, seed=0)
+    batches = iter(pipeline())
+    for _ in range(warmup_batches):
+        next(batches)
+    timed_batches = max(HOST_MIN_TIMED_BATCHES, math.ceil(timed_images / pipeline.batch_size))
+    start = time.perf_counter()
+    for _ in range(timed_batches):
+        next(batches)
+    return timed_batches * pipeline.batch_size / (time.perf_counter() - start)
+
+
+def _row_result(name: str, measure: Callable[[], dict]) -> dict:
+    """measure()'s figures with works=True, or works=False and the error's first line."""
     try:
-        result = dict(_measure(setting_named(setting_name), options, data_dir, hub_module),
-                      works=True)
-    except Exception as e:  # noqa: BLE001 (whatever stops the setting is what the row reports)
+        result = dict(measure(), works=True)
+    except Exception as e:  # noqa: BLE001 (whatever stops the row is what the row reports)
         result = {"works": False, "error": error_line(e)}
-    return dict(result, setting=setting_name)
+    return dict(result, setting=name)
+
+
+def _measure_host(options: CheckOptions, data_dir: str) -> dict:
+    from efficientdet_keras.config import validate_config
+    from efficientdet_keras.data.sources import TFRecordSource
+    from efficientdet_keras.data.synthetic import write_synthetic_dataset
+    config = validate_config(row_config(setting_named("float32"), options, replicas=1))
+    data = write_synthetic_dataset(os.path.join(data_dir, "host-images"),
+                                   num_train=HOST_IMAGES, num_val=0,
+                                   image_size=HOST_IMAGE_SHAPE)
+    source = TFRecordSource(data.train_tfrecord)
+    return {"images_per_s": input_pipeline_images_per_s(config, source),
+            "batch_size": config.batch_size}
 
 
 def _measure(setting: DeviceSetting, options: CheckOptions, data_dir: str,

@@ -1,5 +1,6 @@
-"""The GPU self-check's report: the table of its rows, a progress line per row, and the
-one-device throughput beside the figures NVIDIA publishes for its own EfficientDet-D0.
+"""The GPU self-check's report: the table of its rows, a progress line per row, whether the
+host's input pipeline keeps up with the steps, and the one-device throughput beside the figures
+NVIDIA publishes for its own EfficientDet-D0.
 """
 
 import dataclasses
@@ -7,7 +8,7 @@ import textwrap
 from typing import List, Sequence
 
 from efficientdet_keras.training.device_settings import MIRRORED, DeviceSetting, setting_named
-from efficientdet_keras.workflows.gpu_check import WORKS, CheckOptions, RowResult
+from efficientdet_keras.workflows.gpu_check import HOST_ROW, WORKS, CheckOptions, RowResult
 
 
 def memory_label(gpus: int) -> str:
@@ -44,11 +45,43 @@ def progress_line(index: int, count: int, row: RowResult, memory_heading: str) -
     """What is printed as each row ends: "[2/5] mixed_float16: works, 0.112 s/step, ..."."""
     parts = [row.result_text]
     if row.step_s is not None:
-        parts.append("%.3f s/step, %s images/s" % (row.step_s, format_rate(row.images_per_s)))
+        parts.append("%.3f s/step" % row.step_s)
+    if row.images_per_s is not None:
+        parts.append("%s images/s" % format_rate(row.images_per_s))
     if row.peak_memory_bytes is not None:
         parts.append("%s {:,.0f} MB".format(row.peak_memory_bytes / 1e6) % memory_heading)
     text = "[%d/%d] %s: %s" % (index, count, row.setting, ", ".join(parts))
     return text if row.seconds is None else "%s (%.0f s)" % (text, row.seconds)
+
+
+# --- the host -----------------------------------------------------------------------------
+
+# What feeds the steps faster, in the train command's terms.
+HOST_REMEDIES = ("more CPU cores, `cache` (`--cache=ram`: decoded images kept after the first "
+                 "epoch), or tf.data service (`--data_service`)")
+
+
+def host_verdict(rows: Sequence[RowResult]) -> str:
+    """Whether the host row's input pipeline makes images faster than each working row's step
+    takes them: the settings whose step it is slower than, with what helps, or that it keeps
+    ahead of all ("" without a working host row and a working step)."""
+    host = next((row for row in rows if row.setting == HOST_ROW and row.status == WORKS), None)
+    steps = [row for row in step_rows(rows) if row.status == WORKS]
+    if host is None or not steps:
+        return ""
+    rate = format_rate(host.images_per_s)
+    faster = [row for row in steps if row.images_per_s > host.images_per_s]
+    if not faster:
+        return "the host's input pipeline (%s images/s) keeps ahead of every step measured." % rate
+    settings = ", ".join("%s (%s images/s)" % (row.setting, format_rate(row.images_per_s))
+                         for row in faster)
+    return textwrap.fill("the host's input pipeline (%s images/s) is slower than the step at %s: "
+                         "%s." % (rate, settings, HOST_REMEDIES), width=100)
+
+
+def step_rows(rows: Sequence[RowResult]) -> List[RowResult]:
+    """The rows of training settings: all but the host row."""
+    return [row for row in rows if row.setting != HOST_ROW]
 
 
 # --- the published figures ----------------------------------------------------------------
@@ -82,7 +115,7 @@ def throughput_comparison(rows: Sequence[RowResult], options: CheckOptions, gpus
     float32 = next((row for row in rows if row.setting == "float32"), None)
     if float32 is not None and float32.status == WORKS:
         measured.append((float32, ""))
-    mixed = [row for row in rows if row.status == WORKS and
+    mixed = [row for row in step_rows(rows) if row.status == WORKS and
              _is_one_device_mixed(setting_named(row.setting))]
     if mixed:
         measured.append((max(mixed, key=lambda row: row.images_per_s),
