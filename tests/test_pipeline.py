@@ -408,3 +408,14 @@ def test_every_option_on_is_repeatable_and_differs_between_pipelines(tmp_path, m
     assert all(not np.array_equal(a, b) for a, b in zip(images_0, images_1))
     assert not np.array_equal(boxes_0, boxes_1)
     assert set(policies) == {"v0"}
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("mean, stddev", [([123.7, 116.3, 103.5], [58.4, 57.1, 57.4]),
+                                          ([0.0], [255.0]), (127.5, 128.0)])
+def test_row_normaliser_gives_broadcasting_s_values_bit_for_bit(mean, stddev):
+    from efficientdet_keras.data.example_transforms import RowNormalizer
+    image = tf.constant(np.random.default_rng(0).uniform(0, 255, (37, 50, 3)), tf.float32)
+    expected = (image - tf.constant(mean, tf.float32)) / tf.constant(stddev, tf.float32)
+    normalised = RowNormalizer(mean, stddev, max_width=64)(image)
+    np.testing.assert_array_equal(normalised.numpy(), expected.numpy())

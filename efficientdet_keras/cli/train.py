@@ -81,7 +81,9 @@ def main(argv):
                  "backbone_ckpt": FLAGS.backbone_ckpt or None,
                  "class_rows_by_name": FLAGS.class_rows_by_name,
                  "deterministic": FLAGS.deterministic,
-                 "mlflow_tracking_uri": FLAGS.mlflow_tracking_uri or None}
+                 "mlflow_tracking_uri": FLAGS.mlflow_tracking_uri or None,
+                 "data_service": FLAGS.data_service or None,
+                 "cache": None if FLAGS.cache is None else FLAGS.cache.replace("off", "")}
     if FLAGS.mixed_precision is not None:
         from efficientdet_keras.config import parse_scalar
         overrides["mixed_precision"] = parse_scalar(FLAGS.mixed_precision)

@@ -67,6 +67,12 @@ flags.DEFINE_string("gcp_project", None, "--strategy=tpu: the project of the --t
                     "(default: this VM's).")
 flags.DEFINE_string("tpu_zone", None, "--strategy=tpu: the zone of the --tpu name "
                     "(default: this VM's).")
+flags.DEFINE_string("data_service", "", "Decode, augment and batch the training images on "
+                    "tf.data service workers: the dispatcher's grpc://host:port (sets the "
+                    "config's data_service; default: the config's, empty: in this process).")
+flags.DEFINE_enum("cache", None, ["ram", "disk", "off"], "Keep the decoded training images "
+                  "after the first epoch: in memory (ram) or in <model_dir>/cache (disk); "
+                  "sets the config's cache (default: the config's, off: none).")
 flags.DEFINE_bool("use_xla", None, "Compile steps with XLA (default: config jit_compile).")
 flags.DEFINE_string("mixed_precision", None, "false, float16, bfloat16 or true (default: config).")
 flags.DEFINE_integer("tf_random_seed", None, "Seed of Python, NumPy and TensorFlow, for "

@@ -121,6 +121,18 @@ def validate_config(config):
                and "quantize" in (config.get("model_optimizations") or {})),
           "grad_checkpoint cannot be combined with model_optimizations.quantize: the "
           "recomputed blocks would move the learned quantization ranges a second time")
+    # Each service worker counts only the images it makes, so none knows when the last epochs
+    # begin: mosaic would close later the more workers there are.
+    check(not (config.get("data_service") and config.mosaic > 0 and config.mosaic_close_epochs),
+          "mosaic_close_epochs cannot be combined with data_service: each tf.data service "
+          "worker counts only its own images, so none knows when the last epochs begin; set "
+          "mosaic_close_epochs=0 or train without data_service")
+    # The service deals the records out anew each epoch: a worker's cache would replay the
+    # records it happened to get first.
+    check(not (config.get("data_service") and config.get("cache")),
+          "cache cannot be combined with data_service: the service deals the records out to "
+          "its workers anew each epoch, so a worker's cache would not hold the ones it gets "
+          "next; train with one or the other")
     names = label_names(config.label_map)
     check(not names or max(names) <= config.num_classes,
           "label_map names class id %s but num_classes is %s: class ids run from 1 to "

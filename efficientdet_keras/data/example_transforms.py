@@ -24,19 +24,21 @@ def op_seed(seed: Optional[int], index: tf.Tensor, op: str) -> tf.Tensor:
 
 
 class RowNormalizer:
-    """(image - mean) / stddev per channel for float `[H, W, C]` images at most `max_width`
-    wide, with the same values as broadcasting `[C]` over the image.
+    """(image - mean) / stddev per channel for float `[H, W, 3]` images at most `max_width`
+    wide, with the same values as broadcasting over the image (`mean` and `stddev`: a value
+    per channel, or one for all).
 
-    Broadcasting a `[C]` vector over every pixel is among the slowest patterns of TensorFlow's
+    Broadcasting a `[3]` vector over every pixel is among the slowest patterns of TensorFlow's
     CPU kernels, and on a 512 x 512 image it cost more than the rest of the augmentation. Here
-    each image row is flattened to `W * C` values and the mean and stddev come as rows of
-    `W * C` values, broadcast only down the rows.
+    each image row is flattened to `W * 3` values and the mean and stddev come as rows of
+    `W * 3` values, broadcast only down the rows.
     """
 
     def __init__(self, mean: Sequence[float], stddev: Sequence[float], max_width: int):
-        self.channels = len(mean)
-        self.mean_row = np.tile(np.asarray(mean, np.float32), int(max_width))
-        self.stddev_row = np.tile(np.asarray(stddev, np.float32), int(max_width))
+        self.channels = 3
+        per_channel = [np.broadcast_to(np.asarray(v, np.float32).reshape(-1), [self.channels])
+                       for v in (mean, stddev)]
+        self.mean_row, self.stddev_row = (np.tile(v, int(max_width)) for v in per_channel)
 
     def __call__(self, image: tf.Tensor) -> tf.Tensor:
         shape = tf.shape(image)

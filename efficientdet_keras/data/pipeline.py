@@ -20,13 +20,19 @@ from typing import Optional
 import tensorflow as tf
 
 from efficientdet_keras.data.augmentation import mixing
+from efficientdet_keras.data.data_service import distribute_through_service, shared_job_name
 from efficientdet_keras.data.decode import decode_and_clean
+from efficientdet_keras.data.decoded_cache import (cache_decoded, cache_mode, plan_cache,
+                                                   source_pixels)
 from efficientdet_keras.data.example_transforms import ExampleTransforms, op_seed
 from efficientdet_keras.data.health import DataHealth
 from efficientdet_keras.data.sources import describe_source
 
 # Records read ahead and mixed by the training shuffle.
 SHUFFLE_BUFFER = 1024
+# Decoded images mixed again each epoch after a disk cache (a RAM cache's shuffle shares the
+# cached pixels; from disk each buffered image is a copy in memory).
+DISK_CACHE_SHUFFLE_BUFFER = 128
 # A resumed pipeline's order seed is seed + this x start_step (+ pipeline id): more than any
 # number of input pipelines, so no two (start step, pipeline) pairs share a seed.
 _START_STEP_SEED_STRIDE = 1_000_003
@@ -84,15 +90,24 @@ class InputPipeline:
         and follow this seed alone; the order comes from tf.data's seeded shuffles, which
         also mix in TensorFlow's global seed (`tf.random.set_seed`) when one is set.
       health: DataHealth that counts skipped and repaired data (one is made if omitted).
+      cache_dir: where the config's `cache: disk` keeps its files (a training run passes
+        <model_dir>/cache); see data.decoded_cache.
       start_step: the training step the pipeline feeds first (a resumed run's step).
         The order is reseeded from it, and augmentation continues from the element
         numbers the first start_step steps used, so a resumed run does not replay the
         batches it trained on before (and decodes nothing to skip them).
+
+    With the config's data_service, tf.data service workers run the training pipeline up to
+    the batch (data.data_service): the trainers of a multi-worker run share one job, which
+    deals the records out, instead of reading a shard each. Every worker shuffles and numbers
+    the images it is dealt on its own, so the order depends on which worker takes which
+    records when: seeds and start_step still set each worker's draws, but a run's batches
+    are no longer repeatable.
     """
 
     def __init__(self, config, source, is_training: bool, batch_size: Optional[int] = None,
                  seed: Optional[int] = None, health: Optional[DataHealth] = None,
-                 start_step: int = 0):
+                 start_step: int = 0, cache_dir: Optional[str] = None):
         self.config = config
         self.source = source
         self.is_training = is_training
@@ -109,6 +124,12 @@ class InputPipeline:
         self.health.source_problems.update(getattr(source, "skipped", {}))
         self.image_size = tuple(config.image_size)
         self.transforms = ExampleTransforms(config, is_training, seed)
+        self.cache_dir = cache_dir
+        # Measured once, before any pipeline is built: a cache that cannot fit is refused now.
+        self._source_size = None
+        if is_training and cache_mode(config):
+            self._source_size = source_pixels(source)
+            plan_cache(config, source, self._source_size, cache_dir)
 
     def __call__(self, input_context: Optional[tf.distribute.InputContext] = None) -> tf.data.Dataset:
         return self.dataset(input_context)
@@ -117,10 +138,14 @@ class InputPipeline:
         batch_size = self.batch_size
         if input_context is not None:
             batch_size = input_context.get_per_replica_batch_size(self.batch_size)
-        num_pipelines, pipeline_id = _pipeline_position(input_context)
+        service = self.config.get("data_service") if self.is_training else ""
+        # Under the service every trainer describes the whole dataset: the job they share
+        # deals the records out (data_service.py), in place of one shard per input pipeline.
+        data_context = None if service else input_context
+        num_pipelines, pipeline_id = _pipeline_position(data_context)
         order_seed = None if self.seed is None else \
             self.seed + _START_STEP_SEED_STRIDE * self.start_step
-        dataset = self.source.raw_dataset(input_context, self.is_training, order_seed)
+        dataset = self.source.raw_dataset(data_context, self.is_training, order_seed)
         if self.is_training:
             # Each pipeline shuffles its own way (pipeline 0 as a lone pipeline would).
             shuffle_seed = None if order_seed is None else order_seed + pipeline_id
@@ -134,6 +159,8 @@ class InputPipeline:
         # Filtering before repeat() lets a stream without good records end instead of
         # spinning forever; the tail then turns that end into an error naming the source.
         dataset = decoded.filter(lambda example: example["ok"])
+        if self._source_size is not None:
+            dataset = self._cached(dataset, shuffle_seed, num_pipelines, pipeline_id)
         if self.is_training:
             dataset = dataset.repeat()
         dataset = dataset.concatenate(self._fail_when_nothing_was_good(decoded))
@@ -157,7 +184,22 @@ class InputPipeline:
         options = tf.data.Options()
         options.deterministic = self.seed is not None or not self.is_training
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-        return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+        dataset = dataset.with_options(options)
+        if service:  # Everything above runs on the service's workers.
+            dataset = distribute_through_service(dataset, service, shared_job_name(
+                self.config.as_dict(), describe_source(self.source), self.seed,
+                self.start_step, batch_size))
+        return dataset.prefetch(tf.data.AUTOTUNE)
+
+    def _cached(self, dataset: tf.data.Dataset, shuffle_seed: Optional[int], num_pipelines: int,
+                pipeline_id: int) -> tf.data.Dataset:
+        """The decoded examples from the config's cache after the first epoch, mixed anew each
+        epoch (the cache replays the first epoch's order)."""
+        plan = plan_cache(self.config, self.source, self._source_size, self.cache_dir,
+                          pipeline_id, num_pipelines)
+        buffer = SHUFFLE_BUFFER if plan.mode == "ram" else DISK_CACHE_SHUFFLE_BUFFER
+        return cache_decoded(dataset, plan).shuffle(buffer, seed=shuffle_seed,
+                                                    reshuffle_each_iteration=True)
 
     def _fail_when_nothing_was_good(self, decoded: tf.data.Dataset) -> tf.data.Dataset:
         """A tail for the filtered stream: empty when some record was good, else an

@@ -18,6 +18,7 @@ Each step has one method, so a caller can take the pieces it needs:
 """
 
 import contextlib
+import os
 import sys
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -39,6 +40,9 @@ from efficientdet_keras.training.runtime import (check_batch_divisible, op_deter
 from efficientdet_keras.training.trainer import EfficientDetNetTrain
 from efficientdet_keras.training.workers import is_chief, remove_write_dir, write_dir
 from efficientdet_keras.utils.run_lock import RunLock
+
+# The folder of model_dir that holds the decoded-image cache of `cache: disk`.
+CACHE_DIR = "cache"
 
 
 class TrainingRun:
@@ -130,7 +134,8 @@ class TrainingRun:
         """The training input; a resumed run starts at its backup's step, so it sees a new
         order and replays no batches."""
         return InputPipeline(self.config, self.train_source, is_training=True, seed=self.seed,
-                             start_step=latest_backup_step(self.model_dir))
+                             start_step=latest_backup_step(self.model_dir),
+                             cache_dir=os.path.join(self.model_dir, CACHE_DIR))
 
     def validation_data(self) -> Tuple[Optional[tf.data.Dataset], Optional[COCOEvaluator]]:
         """(validation batches, COCO evaluator), or (None, None) without validation data."""
@@ -192,6 +197,9 @@ class TrainingRun:
         self.callbacks.append(keras.callbacks.LambdaCallback(  # The data report of each epoch.
             on_epoch_end=lambda epoch, logs: pipeline.health.log_summary()))
         self.callbacks += self.user_callbacks
+        # The progress output last, where fit puts its own: its epoch line shows all the logs.
+        self.callbacks.sort(key=lambda callback: isinstance(callback,
+                                                            keras.callbacks.ProgbarLogger))
         print("Training %s for %d epochs of %d steps (batch %d, %d replica(s)) in %s"
               % (config.name, config.num_epochs, self.steps_per_epoch, config.batch_size,
                  self.strategy.num_replicas_in_sync, self.model_dir))

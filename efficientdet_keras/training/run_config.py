@@ -13,7 +13,7 @@ from efficientdet_keras.config import Config, config_differences
 RESUMABLE_KEYS = ("num_epochs", "patience", "time_budget", "steps_per_execution", "jit_compile", "strategy",
                   "map_freq", "backup_steps", "nan_recovery_attempts", "nan_recovery_lr_factor",
                   "deterministic", "mlflow_tracking_uri", "mlflow_experiment",
-                  "class_rows_by_name")
+                  "class_rows_by_name", "data_service")
 
 
 class RunConfigMismatchError(ValueError):

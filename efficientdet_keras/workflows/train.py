@@ -73,7 +73,8 @@ def user_config_keys(hparams) -> set:
 
 def train(model_dir: str, *, data: Optional[str] = None, model: str = "efficientdet-d0",
           pretrained: Optional[str] = None, hparams="", evaluate: bool = True,
-          parts: Optional[DataSpec] = None, demo: bool = False, demo_images: int = 1000,
+          parts: Optional[DataSpec] = None, demo: bool = False,
+          demo_images: Optional[int] = None,
           voc_origin: Optional[int] = None,
           strategy: str = "", tpu: Optional[dict] = None, seed: Optional[int] = None, debug: bool = False,
           num_examples_per_epoch: Optional[int] = None, eval_samples: Optional[int] = None,
@@ -88,7 +89,8 @@ def train(model_dir: str, *, data: Optional[str] = None, model: str = "efficient
       data: a dataset folder or file in any layout `open_dataset` reads; its classes set
         num_classes and label_map unless `hparams` sets them. Or `parts` (a DataSpec of
         TFRecord patterns, COCO JSON and image folders), or `demo` (the synthetic shapes,
-        `demo_images` of them, with the packaged hparams/demo.yaml).
+        `demo_images` of them (default: `parts`' count, else 1000), with the packaged
+        hparams/demo.yaml).
       voc_origin: the pixel the VOC boxes of `data` start from, 0 or 1 (None: found as
         `open_dataset` says).
       model: the family member, efficientdet-d0 ... d7x, efficientdet-lite0 ... lite4.
@@ -118,7 +120,7 @@ def train(model_dir: str, *, data: Optional[str] = None, model: str = "efficient
     """
     spec = parts or DataSpec()
     spec = dataclasses.replace(spec, data=data or spec.data, demo=demo or spec.demo,
-                               demo_images=demo_images,
+                               demo_images=demo_images or spec.demo_images,
                                voc_origin=spec.voc_origin if voc_origin is None else voc_origin)
     from efficientdet_keras.training.runtime import get_strategy
     from efficientdet_keras.training.workers import is_chief

@@ -1,14 +1,19 @@
-"""Config keys of the input pipeline: normalisation, resizing, augmentation, label checks."""
+"""Config keys of the input pipeline: normalisation, resizing, augmentation, label checks, and
+where training's pipeline runs (data_service)."""
 
-from efficientdet_keras.config.keys.checks import (ANY_VALUE, BOOLEAN, POSITIVE_NUMBER,
+from efficientdet_keras.config.keys.checks import (ANY_VALUE, BOOLEAN, POSITIVE_NUMBER, Check,
                                                    integer_at_least, number_in, number_list,
                                                    one_of)
 from efficientdet_keras.config.keys.choices import AUTOAUGMENT_POLICIES, RESIZE_MODES
 from efficientdet_keras.config.keys.row import ConfigKey
+from efficientdet_keras.utils.service_address import split_service_address
 
 TITLE = "Input pipeline and augmentation"
 
 _PROBABILITY = number_in(0.0, 1.0, high_open=False, noun="a probability")
+_SERVICE_ADDRESS = Check(
+    lambda value: value == "" or split_service_address(value) is not None,
+    "empty (off) or a tf.data service dispatcher's address, grpc://host:port or host:port")
 
 KEYS = (
     # ImageNet's channel statistics, on the 0-255 scale.
@@ -83,4 +88,15 @@ KEYS = (
         "strict_data", False, "bool", ANY_VALUE,
         "Class ids outside 1 .. num_classes: false drops those boxes with a warning, true "
         "stops at the first with an error naming the record."),
+    ConfigKey(
+        "data_service", "", "str", _SERVICE_ADDRESS,
+        "The tf.data service dispatcher (grpc://host:port) whose workers decode, augment, "
+        "label and batch the training images, for a trainer whose own CPUs cannot keep its "
+        "accelerators busy (the train command's --data_service); empty: the trainer does it "
+        "itself. Evaluation stays local."),
+    ConfigKey(
+        "cache", "", "str", one_of("", "ram", "disk"),
+        "Keep the decoded training images after the first epoch, before augmentation: ram "
+        "(memory), disk (files in <model_dir>/cache) or empty (decode every epoch). What it "
+        "takes is printed before training starts, and refused when it does not fit."),
 )
