@@ -18,6 +18,7 @@ from helpers import tiny_config
 from efficientdet_keras.data.pipeline import InputPipeline
 from efficientdet_keras.data.sources import TFRecordSource
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
+from efficientdet_keras.training.runtime import eager_checks_read_bfloat16, run_settings
 from efficientdet_keras.training.trainer import EfficientDetNetTrain
 
 STEPS = 24
@@ -78,3 +79,35 @@ def test_only_float16_logs_its_loss_scale(losses):
     assert scales[False] is None and scales["bfloat16"] is None
     assert len(scales["float16"]) == STEPS
     assert all(1.0 <= scale <= 2.0 ** 15 for scale in scales["float16"])
+
+
+@pytest.mark.quick
+def test_the_bfloat16_probe_tells_whether_the_eager_check_runs_a_swish():
+    """--debug's eager NaN check stopped at the first swish under bfloat16: the probe says
+    whether it would."""
+    tf.debugging.enable_check_numerics()
+    try:
+        tf.nn.silu(tf.ones([2], tf.bfloat16))
+        ran = True
+    except ValueError:
+        ran = False
+    finally:
+        tf.debugging.disable_check_numerics()
+    assert ran == eager_checks_read_bfloat16()
+
+
+@pytest.mark.quick
+def test_debug_under_bfloat16_checks_its_ops_or_stops_in_one_line_before_any_setting():
+    eager = tf.config.functions_run_eagerly()
+    if eager_checks_read_bfloat16():
+        with run_settings(debug=True, mixed_precision="bfloat16"):
+            assert tf.config.functions_run_eagerly()
+            tf.nn.silu(tf.ones([2], tf.bfloat16))
+    else:
+        with pytest.raises(ValueError, match=r"^--debug checks every op for NaN and inf eagerly, "
+                                             r"which TensorFlow \S+ cannot do under bfloat16 .*; "
+                                             r"debug with --hparams=mixed_precision=false$"):
+            with run_settings(debug=True, mixed_precision="bfloat16"):
+                pytest.fail("entered")
+    assert tf.config.functions_run_eagerly() == eager
+    tf.nn.silu(tf.ones([2], tf.bfloat16))  # No check left on.

@@ -149,6 +149,19 @@ def test_infinite_gradient_with_finite_loss_stops_in_float32(shared, dataset):
     assert_same_state(training_state(model), before)
 
 
+def test_a_non_finite_step_stops_fit_at_the_end_of_the_next_step(shared, dataset):
+    """The guard reads each step's flag on a thread of its own and looks at it a step later,
+    so a long epoch stops right after the bad step, not at the epoch's end. (Before any fit
+    with a backup callback raises: that leaves Keras' resume state on the shared model.)"""
+    model, loss = shared
+    loss.poison(3)
+    calls_before = int(loss.calls)
+    with pytest.raises(NonFiniteLossError):
+        model.fit(dataset, epochs=1, steps_per_epoch=50, verbose=0, callbacks=[NaNGuard()])
+    steps_after_the_bad_one = int(loss.calls) - calls_before - 3
+    assert steps_after_the_bad_one == 1
+
+
 def test_nan_loss_stops_at_its_step_and_nothing_written_holds_nan(shared, dataset, tmp_path):
     model, loss = shared
     model_dir = str(tmp_path)
@@ -302,9 +315,9 @@ def test_float16_gradients_the_loss_scale_cannot_explain_stop_training(dataset):
 
 
 def test_no_step_after_a_non_finite_one_is_applied(dataset):
-    """With steps_per_execution > 1 the guard looks only after the whole call, and with
-    check_steps > 1 only every few steps: the steps after the non-finite one are computed
-    but none of them changes anything, so the message's "weights after step N - 1" holds."""
+    """With steps_per_execution > 1 the guard looks only after the whole call, and at the
+    record as it was a call before: the steps after the non-finite one are computed but
+    none of them changes anything, so the message's "weights after step N - 1" holds."""
     model, loss = make_model(config_for_tests(steps_per_execution=2))
     model.fit(dataset, epochs=1, steps_per_epoch=2, verbose=0)
     before = training_state(model)
@@ -319,7 +332,7 @@ def test_no_step_after_a_non_finite_one_is_applied(dataset):
     with pytest.raises(NonFiniteLossError, match=r"^non-finite loss at step %d .*weights are "
                                                  r"those after step %d " % (first, first - 1)):
         model.fit(dataset, epochs=1, steps_per_epoch=8, verbose=0,
-                  callbacks=[NaNGuard(check_steps=4), CountCalls()])
+                  callbacks=[NaNGuard(), CountCalls()])
     assert calls == [1]  # Raised after two calls of two steps, at the fourth step.
     assert int(model.optimizer.iterations) == first - 1
     assert_same_state(training_state(model), before)

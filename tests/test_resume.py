@@ -15,6 +15,7 @@ import tf_keras as keras
 from helpers import REPO_ROOT, TinyTrainer, make_records, tiny_config
 from efficientdet_keras.data.pipeline import InputPipeline
 from efficientdet_keras.data.sources import RecordsSource
+from efficientdet_keras.training.background_checkpoint import BackgroundCheckpointWriter
 from efficientdet_keras.training.backup import (StepBackup, latest_backup_step,
                                                 remove_interrupted_backup_writes)
 
@@ -96,6 +97,39 @@ def test_an_interrupted_fit_resumes_at_the_step_with_everything_it_had(tmp_path,
     again = Interrupter()
     fit(model_dir, steps_per_execution, again)
     assert again.started_at is None and again.ended_epochs == []
+
+
+def assert_same_checkpoint(path, expected_path):
+    """Same object graph keys and values; the save counters may differ."""
+    got, want = tf.train.load_checkpoint(path), tf.train.load_checkpoint(expected_path)
+    names = want.get_variable_to_shape_map()
+    assert got.get_variable_to_shape_map() == names
+    for name in names:
+        if name != "_CHECKPOINTABLE_OBJECT_GRAPH" and not name.startswith("save_counter"):
+            np.testing.assert_array_equal(got.get_tensor(name), want.get_tensor(name), name)
+
+
+@pytest.mark.quick
+def test_a_background_backup_is_the_managers_checkpoint_of_the_state_it_was_given(tmp_path):
+    """The writer reads the state in save() and writes it later, eagerly until its traced
+    function is ready, then through it: either way what TensorFlow's CheckpointManager writes
+    at that moment, though the model changes after, and one checkpoint kept."""
+    model = fit(str(tmp_path / "run"), 1, Interrupter())
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model),
+                                         str(tmp_path / "in_place"), max_to_keep=1)
+    folder = tmp_path / "background"
+    writer = BackgroundCheckpointWriter(tf.train.Checkpoint(model=model), str(folder))
+    for _ in range(2):
+        expected = manager.save()
+        written = writer.save()
+        for variable in model.variables:  # Before the write is done.
+            variable.assign(variable + 1.0)
+        writer.wait()
+        assert_same_checkpoint(written, expected)
+        assert tf.train.latest_checkpoint(str(folder)) == written
+        assert sorted(os.listdir(folder)) == ["checkpoint"] + [
+            os.path.basename(written) + suffix for suffix in (".data-00000-of-00001", ".index")]
+        writer.finish_tracing()
 
 
 @pytest.mark.quick

@@ -15,6 +15,7 @@ masks both at each epoch end, before evaluation and checkpoints, and the exporte
 """
 
 import dataclasses
+import os
 import re
 from typing import Dict, List, Optional, Tuple
 
@@ -150,17 +151,20 @@ class PruningStep(pruning_callbacks.UpdatePruningStep):
         apply_masks(self.model)
 
 
-class PruningSummaries(pruning_callbacks.PruningSummaries):
-    """tfmot's PruningSummaries (a TensorBoard callback) for subclassed models.
+class PruningSummaries(keras.callbacks.Callback):
+    """The sparsity of the pruned kernels, written for TensorBoard at each epoch end.
 
-    Besides TensorBoard's own logs in log_dir, writes at each epoch end into
-    log_dir/metrics the sparsity of every mask (<mask name>/sparsity), its threshold
-    (<threshold name>/threshold) and the share of zeros over all pruned kernels
-    (pruning/sparsity), at the optimizer step.
+    Into log_dir/metrics, at the optimizer step: the sparsity of every mask
+    (<mask name>/sparsity), its threshold (<threshold name>/threshold) and the share of zeros
+    over all pruned kernels (pruning/sparsity), as tfmot's PruningSummaries names them. Beside
+    the run's TensorBoard callback rather than in place of it (tfmot's is a TensorBoard), so
+    that one TensorBoard class serves pruned and unpruned runs alike.
     """
 
-    def on_epoch_begin(self, epoch, logs=None):
-        keras.callbacks.TensorBoard.on_epoch_begin(self, epoch, logs)
+    def __init__(self, log_dir: str):
+        super().__init__()
+        self.log_dir = log_dir
+        self._writer = None
 
     def on_epoch_end(self, epoch, logs=None):
         pruning_logs = {}
@@ -169,13 +173,23 @@ class PruningSummaries(pruning_callbacks.PruningSummaries):
                 pruning_logs[mask.name + "/sparsity"] = 1.0 - float(np.mean(mask.numpy()))
                 pruning_logs[threshold.name + "/threshold"] = float(threshold.numpy())
         pruning_logs["pruning/sparsity"] = measure_sparsity(self.model).overall
-        self._log_pruning_metrics(pruning_logs, "", int(self.model.optimizer.iterations.numpy()))
-        super().on_epoch_end(epoch, logs)
+        if self._writer is None:
+            self._writer = tf.summary.create_file_writer(os.path.join(self.log_dir, "metrics"))
+        step = int(self.model.optimizer.iterations.numpy())
+        with self._writer.as_default():
+            for name, value in pruning_logs.items():
+                tf.summary.scalar(name, value, step=step)
+        self._writer.flush()
+
+    def on_train_end(self, logs=None):
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
 
 
-def training_callbacks(model_dir: str, profile_batch=0) -> Tuple[PruningStep, PruningSummaries]:
-    """The pruning step callback (to put first) and the TensorBoard callback for model_dir."""
-    return PruningStep(), PruningSummaries(log_dir=model_dir, profile_batch=profile_batch)
+def training_callbacks(model_dir: str) -> Tuple[PruningStep, PruningSummaries]:
+    """The pruning step callback (to put first) and the sparsity summaries for model_dir."""
+    return PruningStep(), PruningSummaries(model_dir)
 
 
 @dataclasses.dataclass

@@ -12,11 +12,17 @@ A step whose loss terms or gradient norm are not finite is a *non-finite step*:
   gradient overflows unscaled, and `MAX_OVERFLOW_SKIPS` skips in a row mean the gradient
   grew by 2 ** (MAX_OVERFLOW_SKIPS - 1) or more in a step. Such a step is non-finite.
 - `NaNGuard` (a Keras callback, first in `get_callbacks`' list) raises `NonFiniteLossError`
-  naming the step and the loss terms. It reads the record on the host only when it
-  matters: before every backup, at the end of each epoch (before the evaluation and
-  checkpoint) and every `NONFINITE_CHECK_STEPS` steps, so a fast accelerator is not made
-  to wait after every step; no checkpoint, backup or archive entry is written after a
-  non-finite step.
+  naming the step and the loss terms, at the end of the step after the non-finite one (the
+  `train_function` call after it, with steps_per_execution > 1). Reading the record right
+  after its step would make the host wait for the device to finish that step before it
+  queues the next one, a pause after every step. So at the end of step k the guard takes
+  the step's count of non-finite steps (`nonfinite_steps`, a tensor of the step's logs), a
+  DeferredFlagReader reads it (on a thread of its own when it is in device memory), and the
+  guard looks at that value at the end of step k + 1, when the read is done; the step
+  computed in vain changes nothing (train_step applies no step after a non-finite one). The
+  guard also reads the record itself before every backup and at the end of each epoch
+  (before the evaluation and checkpoint), so no checkpoint, backup or archive entry is
+  written after a non-finite step.
 - `fit_with_nan_recovery` is `model.fit` that, while `nan_recovery_attempts` allows,
   answers the error as Model Garden does: it rolls back to the last BackupAndRestore
   backup (by running fit again, which restores it) and continues with the learning rate
@@ -31,6 +37,8 @@ import tensorflow as tf
 import tf_keras as keras
 from absl import logging
 
+from efficientdet_keras.training.background_checkpoint import wait_for_writes_into
+from efficientdet_keras.training.deferred_read import DeferredFlagReader
 from efficientdet_keras.training.optimizers import ScaledSchedule
 from efficientdet_keras.training.state_variables import replica_local_variable, scalar_variable
 
@@ -76,9 +84,6 @@ def run_cond(condition: tf.Tensor, true_fn: Callable, false_fn: Callable, *args)
 # the start of training (scale 2 ** 15) 10 skips mean a gradient element above ~1000, and
 # later they mean the gradients grew 500-fold in one step; neither is a scale still settling.
 MAX_OVERFLOW_SKIPS = 10
-# Steps between NaNGuard's reads of the record when no backup or epoch end comes first: at
-# most this many steps are computed (and skipped) in vain after a non-finite one.
-NONFINITE_CHECK_STEPS = 100
 
 
 class NonFiniteRecord(tf.Module):
@@ -183,7 +188,9 @@ def latest_backup(callbacks) -> Optional[str]:
     for callback in callbacks:
         if isinstance(callback, keras.callbacks.BackupAndRestore):
             # WorkerTrainingState keeps the chief's backups in <backup_dir>/chief.
-            return tf.train.latest_checkpoint(os.path.join(callback.backup_dir, "chief"))
+            checkpoints_dir = os.path.join(callback.backup_dir, "chief")
+            wait_for_writes_into(checkpoints_dir)  # The one a fit that raised was writing.
+            return tf.train.latest_checkpoint(checkpoints_dir)
     return None
 
 
@@ -191,41 +198,40 @@ class NaNGuard(keras.callbacks.Callback):
     """Stops training with a NonFiniteLossError once a step was non-finite.
 
     Replaces keras TerminateOnNaN, which stops only after the NaN update was applied.
-    EfficientDetNetTrain takes no step after a non-finite one, so the guard need not look
-    after every step (a read that makes the host wait for the device): it reads the record
-    every `check_steps` steps, at each epoch end and when `check()` is called (StepBackup
-    calls it before each backup). Put it first in the callback list (get_callbacks does), so
-    its epoch-end check comes before the evaluation and the checkpoint. Other models are
-    checked after every step, from their logged loss.
+    EfficientDetNetTrain takes no step after a non-finite one, so the guard need not make
+    the host wait for each step's result: at the end of each `train_function` call it looks
+    at the count of non-finite steps as it was after the call before, read meanwhile (see the
+    module docstring), so it stops fit one call after the non-finite step. It also reads
+    the record at each epoch end and when `check()` is called (StepBackup calls it before
+    each backup). Put it first in the callback list (get_callbacks does), so that its checks
+    come before the evaluation, the checkpoint and any backup. Other models are checked
+    after every step, from their logged loss.
 
     Args:
       attempts: how many times fit_with_nan_recovery may roll back and retry
         (config nan_recovery_attempts; 0: stop at the first non-finite step).
       lr_factor: the learning rate is multiplied by this at each recovery
         (config nan_recovery_lr_factor).
-      check_steps: steps between reads of the record when nothing else asks sooner.
     """
 
-    def __init__(self, attempts: int = 0, lr_factor: float = 0.5,
-                 check_steps: int = NONFINITE_CHECK_STEPS):
+    def __init__(self, attempts: int = 0, lr_factor: float = 0.5):
         super().__init__()
         self._supports_tf_logs = True  # Keras then leaves the step's logs on the device.
         self.attempts = int(attempts)
         self.lr_factor = float(lr_factor)
-        self.check_steps = max(1, int(check_steps))
         self._epoch = None
-        self._steps_unchecked = 0
-        self._first_step_of_call = 0
+        self._flags = DeferredFlagReader()  # The record's flag after each call, read late.
         self._pending_recovery = None  # (lr_scale, recoveries) to set once the backup is back.
 
     def on_train_begin(self, logs=None):
-        self._steps_unchecked = 0
+        self._flags.forget()
         record = getattr(self.model, "nonfinite", None)
         if record is not None:
             record.reset()
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
+        self._flags.forget()  # The epoch-end check read the record after it.
         if self._pending_recovery is not None:
             # BackupAndRestore restored the backup in on_train_begin: scale on top of it.
             lr_scale, recoveries = self._pending_recovery
@@ -239,19 +245,18 @@ class NaNGuard(keras.callbacks.Callback):
                             "(epoch %d); the learning rate is now %g x the schedule",
                             recoveries, self.attempts, step, epoch, lr_scale)
 
-    def on_train_batch_begin(self, batch, logs=None):
-        self._first_step_of_call = batch
-
     def on_train_batch_end(self, batch, logs=None):
-        if getattr(self.model, "nonfinite", None) is None:
+        record = getattr(self.model, "nonfinite", None)
+        if record is None:
             if logs and not _finite(float(logs.get("loss", 0.0))):
                 # A model without the guarded train_step: its weights are already updated.
                 raise NonFiniteLossError("non-finite loss %s at batch %d of epoch %d"
                                          % (float(logs["loss"]), batch, (self._epoch or 0) + 1))
             return
-        # `batch` is the last step of this call (steps_per_execution steps in one call).
-        self._steps_unchecked += batch - self._first_step_of_call + 1
-        if self._steps_unchecked >= self.check_steps:
+        # The step's count of non-finite steps in the epoch, which it logs (no op to run),
+        # else the record's flag; as it was after the call before.
+        flag = logs.get("nonfinite_steps") if logs else None
+        if self._flags.exchange(record.stopped if flag is None else flag):
             self.check()
 
     def on_epoch_end(self, epoch, logs=None):
@@ -259,7 +264,6 @@ class NaNGuard(keras.callbacks.Callback):
 
     def check(self) -> None:
         """Raises NonFiniteLossError if a non-finite step was recorded since fit began."""
-        self._steps_unchecked = 0
         record = getattr(self.model, "nonfinite", None)
         if record is not None and int(record.count.numpy()):
             raise NonFiniteLossError(record.describe(self._epoch, _dynamic_loss_scale(self.model)))
@@ -321,5 +325,5 @@ def fit_with_nan_recovery(model, x=None, callbacks=(), **fit_kwargs):
             logging.warning("%s", error)
 
 
-__all__ = ["MAX_OVERFLOW_SKIPS", "NONFINITE_CHECK_STEPS", "NaNGuard", "NaNRecoveryState", "NonFiniteLossError", "NonFiniteRecord",
-           "fit_with_nan_recovery", "run_cond"]
+__all__ = ["MAX_OVERFLOW_SKIPS", "NaNGuard", "NaNRecoveryState", "NonFiniteLossError",
+           "NonFiniteRecord", "fit_with_nan_recovery", "run_cond"]

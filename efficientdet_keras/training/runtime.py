@@ -8,9 +8,9 @@ debugging and the distribution strategy — is chosen here from flags and the co
 import contextlib
 import json
 import os
-import socket
 from typing import Optional
 
+import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 from absl import logging
@@ -18,6 +18,7 @@ from absl import logging
 from tensorflow.python.framework import config as tf_framework_config
 
 from efficientdet_keras.config.precision import policy_name
+from efficientdet_keras.utils.service_address import check_reachable
 
 STRATEGIES = ("", "gpus", "multi-worker", "tpu")
 
@@ -64,20 +65,13 @@ def tpu_strategy(tpu: str = "", zone: Optional[str] = None,
             tpu=tpu or None, zone=zone, project=project)
         master = resolver.master()  # grpc://host:port of a remote TPU; '' on a TPU VM.
         if master.startswith("grpc://"):
-            _check_reachable(master[len("grpc://"):])
+            check_reachable(master, TPU_CONNECT_TIMEOUT_S)
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
     except (OSError, ValueError, RuntimeError, tf.errors.OpError) as e:
         reason = " ".join(str(e).split()) or type(e).__name__
         raise TPUUnreachableError("no TPU reachable at %s: %s" % (where, reason)) from None
     return tf.distribute.TPUStrategy(resolver)
-
-
-def _check_reachable(address: str) -> None:
-    """Raises OSError unless a TCP connection to host:port opens in TPU_CONNECT_TIMEOUT_S."""
-    host, _, port = address.rpartition(":")
-    with socket.create_connection((host, int(port)), timeout=TPU_CONNECT_TIMEOUT_S):
-        pass
 
 
 def default_precision(strategy_name: str, mixed_precision):
@@ -172,19 +166,50 @@ def op_determinism(enabled: bool):
         tf_framework_config.disable_op_determinism()
 
 
+def eager_checks_read_bfloat16() -> bool:
+    """Whether TensorFlow's eager NaN and inf check works under bfloat16.
+
+    The check writes its error message for every op's output before it knows of any NaN,
+    counting the infs with NumPy, and NumPy 2 takes no bfloat16 scalar from TensorFlow (the
+    scalar TensorFlow hands over is not an array): the first op with a scalar bfloat16
+    output, a swish's cast of its beta, fails the run.
+    """
+    try:
+        np.isinf(tf.zeros([], tf.bfloat16))
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _check_debug_precision(policy: str) -> None:
+    """Raises a one-line ValueError when --debug cannot check the policy's ops."""
+    if policy == "mixed_float16":
+        raise ValueError("--debug checks every op for NaN and inf, which float16 loss scaling "
+                         "makes on purpose (overflowing steps it skips); debug with "
+                         "--hparams=mixed_precision=false%s"
+                         % (" or mixed_precision=bfloat16" if eager_checks_read_bfloat16()
+                            else ""))
+    if policy == "mixed_bfloat16" and not eager_checks_read_bfloat16():
+        raise ValueError("--debug checks every op for NaN and inf eagerly, which TensorFlow %s "
+                         "cannot do under bfloat16 with NumPy %s (its check hands bfloat16 "
+                         "scalars to NumPy, which refuses them); debug with "
+                         "--hparams=mixed_precision=false"
+                         % (tf.__version__, np.__version__))
+
+
 @contextlib.contextmanager
 def run_settings(seed: Optional[int] = None, debug: bool = False, mixed_precision=False):
     """Seeds Python, NumPy and TensorFlow; with debug, runs tf.functions eagerly and
     checks tensors for NaN/inf. Restores eager execution mode on exit.
 
     Raises:
-      ValueError: debug under float16 (`mixed_precision`, the config's value), whose loss
-        scaling makes infs on purpose: the check would stop every run at its first step.
+      ValueError, before any setting changes: debug under float16 (`mixed_precision`, the
+        config's value), whose loss scaling makes infs on purpose: the check would stop every
+        run at its first step; debug under bfloat16 where TensorFlow's eager check cannot
+        read bfloat16 (eager_checks_read_bfloat16).
     """
-    if debug and policy_name(mixed_precision) == "mixed_float16":
-        raise ValueError("--debug checks every op for NaN and inf, which float16 loss scaling "
-                         "makes on purpose (overflowing steps it skips); debug with "
-                         "--hparams=mixed_precision=false or mixed_precision=bfloat16")
+    if debug:
+        _check_debug_precision(policy_name(mixed_precision))
     eager_before = tf.config.functions_run_eagerly()
     if seed is not None:
         keras.utils.set_random_seed(seed)

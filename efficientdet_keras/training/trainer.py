@@ -27,6 +27,7 @@ from efficientdet_keras.config import Config, get_efficientdet_config
 from efficientdet_keras.detection.losses import DetectionLoss
 from efficientdet_keras.model import EfficientDetNet
 from efficientdet_keras.optimization import is_pruning
+from efficientdet_keras.training.backup import finish_backup_writes
 from efficientdet_keras.training.ema import ExponentialMovingAverage, is_batch_norm_statistic
 from efficientdet_keras.training.grappler import grappler_passes_off, resolve_passes
 from efficientdet_keras.training.keras3_objects import check_compile_arguments, door_callbacks
@@ -211,8 +212,10 @@ class EfficientDetNetTrain(EfficientDetNet):
         try:
             with grappler_passes_off(resolve_passes(self.config.get("grappler_off"))):
                 return super().fit(*args, **kwargs)
-        finally:  # Keras skips on_train_end when fit raises: the handlers go back here.
+        finally:  # Keras skips on_train_end when fit raises: the handlers go back here,
+            # and the backup being written is written before fit ends.
             release_signal_handlers(kwargs.get("callbacks"))
+            finish_backup_writes(kwargs.get("callbacks"))
 
     def evaluate(self, *args, **kwargs):
         kwargs["callbacks"] = door_callbacks(kwargs.get("callbacks"), "evaluate")

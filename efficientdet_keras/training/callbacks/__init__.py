@@ -2,8 +2,9 @@
 
 Each callback of a run's reports has its module here: COCOCallback (coco_evaluation),
 CheckpointCallback (checkpoints), StopOnPlateau (plateau: config.patience), ResultsCallback
-(results: model_dir/results.csv with its plots in model_dir/plots) and MLflowTracker
-(mlflow_tracker); reports/ writes the files they
+(results: model_dir/results.csv with its plots in model_dir/plots), MLflowTracker
+(mlflow_tracker), EpochTensorBoard (tensorboard) and EpochProgbarLogger (progress: Keras'
+progress output); reports/ writes the files they
 leave. The callbacks that make a run recoverable live with the mechanism they drive: StepBackup
 (training.backup), StopOnSignal (training.preemption) and NaNGuard (training.nan_guard).
 """
@@ -11,15 +12,15 @@ leave. The callbacks that make a run recoverable live with the mechanism they dr
 import os
 from typing import Optional
 
-import tf_keras as keras
-
 from efficientdet_keras.optimization import is_pruning
 from efficientdet_keras.training.backup import BACKUP_DIR, StepBackup
 from efficientdet_keras.training.callbacks.checkpoints import CheckpointCallback
 from efficientdet_keras.training.callbacks.coco_evaluation import COCOCallback
 from efficientdet_keras.training.callbacks.mlflow_tracker import MLflowTracker
 from efficientdet_keras.training.callbacks.plateau import StopOnPlateau
+from efficientdet_keras.training.callbacks.progress import EpochProgbarLogger
 from efficientdet_keras.training.callbacks.results import ResultsCallback
+from efficientdet_keras.training.callbacks.tensorboard import EpochTensorBoard
 from efficientdet_keras.training.nan_guard import NaNGuard
 from efficientdet_keras.training.preemption import StopOnSignal
 from efficientdet_keras.training.time_budget import StopAtTimeBudget
@@ -45,7 +46,11 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
     (fit_with_nan_recovery answers it when the config allows nan_recovery_attempts). With
     model_optimizations.prune, tfmot's pruning step
     update comes first (kernels and their averages masked before evaluation and checkpoints)
-    and its PruningSummaries is the TensorBoard callback (sparsity in model_dir/metrics).
+    and PruningSummaries follows TensorBoard (sparsity in model_dir/metrics). EpochTensorBoard
+    writes the epoch logs for TensorBoard and profiles the steps profile_batch names.
+    EpochProgbarLogger, last, is fit's progress output (a bar with verbose=1, a line per
+    epoch with verbose=2) without per-step work for the line; keep it last among callbacks
+    added after the list, as TrainingRun does.
     ResultsCallback writes model_dir/results.csv and plots/ after each epoch. With
     config.mlflow_tracking_uri, MLflowTracker (after it) logs the run to MLflow, from the
     chief only; without mlflow installed that is MissingExtraError.
@@ -61,12 +66,12 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
     guard = NaNGuard(config.get("nan_recovery_attempts", 0),
                      config.get("nan_recovery_lr_factor", 0.5))
     callbacks = [guard]
+    summaries = [EpochTensorBoard(log_dir=model_dir, profile_batch=profile_batch)]
     if is_pruning(config):
         from efficientdet_keras.optimization.pruning_keras import training_callbacks
-        pruning_step, tensorboard = training_callbacks(model_dir, profile_batch)
+        pruning_step, sparsity_summaries = training_callbacks(model_dir)
         callbacks.append(pruning_step)
-    else:
-        tensorboard = keras.callbacks.TensorBoard(log_dir=model_dir, profile_batch=profile_batch)
+        summaries.append(sparsity_summaries)
     if val_dataset is not None:
         callbacks.append(COCOCallback(config, val_dataset, evaluator, model_dir,
                                       max_images=eval_samples, eval_images=display_images))
@@ -83,7 +88,7 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
         # After ResultsCallback: an epoch's row of results.csv is there when it uploads.
         callbacks.append(MLflowTracker(model_dir, config.mlflow_tracking_uri,
                                        config.get("mlflow_experiment"), config=config))
-    callbacks.append(tensorboard)
+    callbacks += summaries
     # Last: its epoch-end backup comes after the epoch's evaluation and checkpoint.
     backup = StepBackup(backup_dir, config.get("backup_steps", 0), guard=guard)
     # After the backup: on SIGTERM or Ctrl-C, the step backed up, fit ends with TrainingStopped.
@@ -91,4 +96,6 @@ def get_callbacks(config, model_dir: str, val_dataset=None, evaluator=None,
     if config.get("time_budget"):  # After the backup, as StopOnSignal: the step is backed up.
         callbacks.append(StopAtTimeBudget(config.time_budget, model_dir, backup))
     callbacks.append(StopOnSignal(backup, on_second_interrupt))
+    # Last, where fit puts its own: its epoch line shows the logs of all the others.
+    callbacks.append(EpochProgbarLogger())
     return callbacks
