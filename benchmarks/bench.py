@@ -40,8 +40,9 @@ Benchmarks:
                first step; peak training memory; demo AP and AP50. --speed_rounds repeats the
                fresh processes, the two paths alternating.
   callbacks    the milliseconds per step the run's callbacks (get_callbacks, no validation)
-               add to fit, at --image_size and --batch_size: the same model fitted in
-               --repeats alternating rounds without and with them.
+               and fit's progress output add to fit, in all and on the host (between
+               train_function calls), and what a step backup adds to the steps, at --image_size
+               and --batch_size: the same model fitted in --repeats alternating rounds of each.
   models       each of --models at its own input size: parameters, float32 weight size and
                the network's batch-1 latency (benchmarks/models.py), recorded in
                --results_file for the docs' "Choose a model" table.
@@ -62,6 +63,13 @@ Benchmarks:
                shapes in a 3000x3000 image (recall, shapes found twice and seconds, over the
                whole image and in tiles) and on a 640x360 clip (frames/s of detect_video, with and without
                tracking) (benchmarks/large_inputs.py), recorded in --results_file.
+
+  host         what the host spends feeding an accelerator: the training input pipeline's
+               images per CPU-second at --image_size and --batch_size, this package's beside the
+               reference implementation's (google/automl, built by
+               ../shared/reference/automl/setup.sh; $EFFICIENTDET_REFERENCE names its folder),
+               --host_rounds rounds alternating (benchmarks/host_feed.py), recorded in
+               --results_file.
 
   open_data    a COCO folder of --open_data_images JPEGs: seconds to open it and read its
                records, and for describe() and its checks across splits
@@ -99,7 +107,7 @@ flags.DEFINE_enum("what", "postprocess",
                    "tflite",
                    "short_runs", "augment", "speed", "resize", "callbacks", "models",
                    "formats", "openvino_int8", "open_data", "class_rows",
-                   "large_inputs"],
+                   "large_inputs", "host"],
                   "Which benchmark to run.")
 flags.DEFINE_list("models", ["efficientdet-d%s" % d for d in "01234567"] + [
     "efficientdet-d7x"] + ["efficientdet-lite%s" % d for d in ("0", "1", "2", "3", "3x", "4")],
@@ -115,6 +123,7 @@ flags.DEFINE_string("hparams", "", HPARAMS_HELP)
 flags.DEFINE_integer("batch_size", 8, "Images per batch.")
 flags.DEFINE_integer("image_size", 512, "Square input size in pixels.")
 flags.DEFINE_integer("repeats", 10, "Timed runs per stage (after one warm-up run).")
+flags.DEFINE_integer("host_rounds", 3, "host: rounds of the two pipelines, alternating.")
 flags.DEFINE_integer("open_data_images", 2000, "open_data: the images of the COCO folder.")
 flags.DEFINE_list("sizes", ["512", "256"], "pipeline: input sizes to measure.")
 flags.DEFINE_integer("kills", 20, "kills: how many times to kill the training run.")
@@ -419,14 +428,87 @@ def bench_train(config) -> None:
         keras.backend.clear_session()
 
 
-def bench_callbacks(config) -> None:
-    """The per-step time the run's callbacks add to fit: one trained model, fit rounds with
-    no callback and with get_callbacks' list (no validation) in turn, step times from the
-    same recorder, medians over the rounds."""
-    import tempfile
+# bench_callbacks' rows: what each fit round runs with besides the step-end recorder.
+CALLBACK_SETTINGS = {
+    "no callbacks": dict(verbose=0),
+    "run callbacks": dict(verbose=0, run_callbacks=True),
+    "run + bar, terminal": dict(verbose=1, run_callbacks=True, output="terminal"),
+    "run + bar, file": dict(verbose=1, run_callbacks=True, output="file"),
+    "run + epoch lines, file": dict(verbose=2, run_callbacks=True, output="file"),
+}
+# bench_callbacks' backup row: the run callbacks backing up every this many steps.
+BENCH_BACKUP_STEPS = 10
 
+
+class TrainCallTimes:
+    """Within the block, when each of the model's train_function calls started and ended: the
+    time between one call's end and the next one's start is the host's work for a step
+    (callbacks, Keras' loop), which a device that runs the step asynchronously waits for."""
+
+    def __init__(self, model):
+        self.model = model
+        self.calls = []
+
+    def __enter__(self):
+        self._original = self.model.train_function
+
+        def timed(iterator):
+            start = time.perf_counter()
+            outputs = self._original(iterator)
+            self.calls.append((start, time.perf_counter()))
+            return outputs
+
+        self.model.train_function = timed
+        return self
+
+    def __exit__(self, *exc_info):
+        self.model.train_function = self._original
+
+    def host_seconds(self):
+        """The host's seconds after each call but the last, until the next call."""
+        return [after[0] - before[1] for before, after in zip(self.calls, self.calls[1:])]
+
+
+def fit_output(output: str):
+    """A context in which fit's progress output goes to a pseudo-terminal ("terminal", read and
+    dropped by a thread) or to os.devnull ("file"); as it is otherwise."""
+    import contextlib
+    import pty
+    import threading
+
+    if output is None:
+        return contextlib.nullcontext()
+    if output == "file":
+        return contextlib.redirect_stdout(open(os.devnull, "w"))
+    reader, writer = pty.openpty()
+
+    def drain():
+        while True:
+            try:
+                if not os.read(reader, 65536):
+                    return
+            except OSError:  # The terminal was closed.
+                return
+
+    threading.Thread(target=drain, daemon=True).start()
+    terminal = os.fdopen(writer, "w")
+
+    @contextlib.contextmanager
+    def to_terminal():
+        with terminal, contextlib.redirect_stdout(terminal):
+            yield
+        os.close(reader)
+
+    return to_terminal()
+
+
+def bench_callbacks(config) -> None:
+    """The per-step time the run's callbacks and fit's progress output (a bar, verbose=1, on
+    a terminal or into a file; a line per epoch, verbose=2) add to fit, and the time a step
+    backup takes from the steps: one trained model, fit rounds of each setting in turn, each
+    with the same step-end recorder, medians over the rounds. "host ms" is the time between
+    train_function calls."""
     from efficientdet_keras.data.synthetic import write_synthetic_dataset
-    from efficientdet_keras.training.callbacks import get_callbacks
 
     data = write_synthetic_dataset(os.path.join(FLAGS.data_dir, "callbacks"), num_train=8,
                                    num_val=1, image_size=FLAGS.image_size, seed=2)
@@ -441,25 +523,62 @@ def bench_callbacks(config) -> None:
     print("%s at %dx%d, batch %d: median ms per step over %d steps, %d rounds alternating"
           % (config.name, FLAGS.image_size, FLAGS.image_size, FLAGS.batch_size, steps,
              FLAGS.repeats))
-    medians = {"none": [], "run callbacks": []}
+    backup_config = config.copy()
+    backup_config.override({"backup_steps": BENCH_BACKUP_STEPS})
+    rows = {name: ([], []) for name in CALLBACK_SETTINGS}
+    backup_costs = []
     for _ in range(FLAGS.repeats):
-        for name in medians:
-            recorder = step_end_recorder(wait_for_device=False)  # Adds no sync of its own.
-            callbacks = [recorder]
-            # A new folder each round: nothing to restore from a backup.
-            with tempfile.TemporaryDirectory(prefix="efficientdet_callbacks_") as run_dir:
-                if name != "none":
-                    callbacks = get_callbacks(config, run_dir,
-                                              strategy=model.distribute_strategy) + callbacks
-                model.fit(dataset, epochs=1, steps_per_epoch=steps + warmup,
-                          callbacks=callbacks, verbose=0)
-            medians[name].append(statistics.median(step_seconds(recorder.ends, warmup)))
-    none, full = (statistics.median(medians[name]) * 1e3 for name in medians)
-    differences = [(b - a) * 1e3 for a, b in zip(medians["none"], medians["run callbacks"])]
-    print("%-16s %10.2f ms" % ("no callbacks", none))
-    print("%-16s %10.2f ms" % ("run callbacks", full))
-    print("%-16s %+10.2f ms per step (rounds: %+.2f to %+.2f)"
-          % ("overhead", full - none, min(differences), max(differences)))
+        for name, setting in CALLBACK_SETTINGS.items():
+            ends, host = fit_round(model, dataset, steps + warmup, setting.get("verbose", 0),
+                                   config if setting.get("run_callbacks") else None,
+                                   setting.get("output"))
+            rows[name][0].append(statistics.median(step_seconds(ends, warmup)))
+            rows[name][1].append(statistics.median(host[warmup:]))
+        ends, _ = fit_round(model, dataset, steps + warmup, 0, backup_config, None)
+        backup_costs.append(backup_seconds(step_seconds(ends, warmup), warmup))
+    print("%-24s %10s %10s" % ("", "step ms", "host ms"))
+    for name, (step_times, host_times) in rows.items():
+        print("%-24s %10.2f %10.2f" % (name, statistics.median(step_times) * 1e3,
+                                       statistics.median(host_times) * 1e3))
+    differences = [(b - a) * 1e3 for a, b in zip(rows["no callbacks"][1],
+                                                rows["run callbacks"][1])]
+    print("%-24s %+10.2f ms host per step (rounds: %+.2f to %+.2f)"
+          % ("overhead", statistics.median(differences), min(differences), max(differences)))
+    print("%-24s %+10.1f ms per backup (rounds: %+.1f to %+.1f)"
+          % ("backup every %d steps" % BENCH_BACKUP_STEPS,
+             statistics.median(backup_costs) * 1e3, min(backup_costs) * 1e3,
+             max(backup_costs) * 1e3))
+
+
+def fit_round(model, dataset, steps: int, verbose: int, callbacks_config, output):
+    """One fit of `steps` steps: (step end times, host seconds of each step). With
+    `callbacks_config`, get_callbacks' list for it (in a new folder: nothing to resume)."""
+    import tempfile
+
+    from efficientdet_keras.training.callbacks import get_callbacks
+
+    recorder = step_end_recorder(wait_for_device=False)  # Adds no sync of its own.
+    with tempfile.TemporaryDirectory(prefix="efficientdet_callbacks_") as run_dir:
+        callbacks = [recorder]
+        if callbacks_config is not None:
+            callbacks = get_callbacks(callbacks_config, run_dir,
+                                      strategy=model.distribute_strategy) + callbacks
+        with TrainCallTimes(model) as calls, fit_output(output):
+            model.fit(dataset, epochs=1, steps_per_epoch=steps, callbacks=callbacks,
+                      verbose=verbose)
+    return recorder.ends, calls.host_seconds()
+
+
+def backup_seconds(step_times, warmup: int) -> float:
+    """The median time the step backups added: per backup, the steps it ended and the one
+    after it (whose end waits for a write still in progress) less two ordinary steps."""
+    backups = {step - warmup - 1 for step in range(BENCH_BACKUP_STEPS, warmup + len(step_times),
+                                                   BENCH_BACKUP_STEPS) if step > warmup}
+    others = [t for i, t in enumerate(step_times)
+              if i not in backups and i - 1 not in backups]
+    ordinary = statistics.median(others)
+    return statistics.median(step_times[i] + step_times[i + 1] - 2 * ordinary
+                             for i in sorted(backups) if i + 1 < len(step_times))
 
 
 def bench_serve(config) -> None:
@@ -702,6 +821,38 @@ def print_and_record(name: str, columns, cells) -> None:
     record(name, cells, speed.machine_line(), FLAGS.results_file, columns=columns)
 
 
+def bench_host(config) -> None:
+    """The host's cost of feeding an accelerator: the training pipeline's images per
+    CPU-second beside the reference implementation's (benchmarks/host_feed.py), recorded in
+    --results_file."""
+    from benchmarks import host_feed
+
+    del config  # Both sides read D0's defaults at --image_size.
+    data = pipeline_benchmark_data()
+    batches = max(10, 320 // FLAGS.batch_size)  # About 320 images per measurement.
+    results = host_feed.side_by_side(data.train_tfrecord, FLAGS.image_size, FLAGS.batch_size,
+                                     batches, FLAGS.host_rounds)
+    if "reference" not in results:
+        print("reference: skipped, its environment is not built (%s; see "
+              "../shared/reference/automl/setup.sh)" % host_feed.REFERENCE_ENV)
+    print("training input pipeline, D0 defaults (flip, scale jitter, anchor labels) at %dx%d, "
+          "batch %d, %d synthetic 640x480 JPEGs; %d images per measurement, %d rounds "
+          "alternating, medians" % (FLAGS.image_size, FLAGS.image_size, FLAGS.batch_size,
+                                    FLAGS.pipeline_images, batches * FLAGS.batch_size,
+                                    FLAGS.host_rounds))
+    columns = ["pipeline", "images per CPU-second", "CPU ms per image", "images/s (2 cores)"]
+    cells = []
+    for side, rounds in results.items():
+        medians = [statistics.median(r[key] for r in rounds) for key in
+                   ("images_per_cpu_second", "cpu_ms_per_image", "images_per_second")]
+        cells.append(["this package" if side == "package" else "reference (google/automl)"]
+                     + [round(value, 1) for value in medians])
+    if len(cells) == 2:
+        ratio = cells[0][1] / cells[1][1]
+        cells.append(["this package / reference", round(ratio, 2), "", ""])
+    print_and_record("host_pipeline", columns, cells)
+
+
 def bench_large_inputs(config) -> None:
     """Sliced detection against the whole-image pass, and video frames per second
     (benchmarks/large_inputs.py)."""
@@ -740,7 +891,7 @@ def main(argv):
      "callbacks": bench_callbacks, "models": bench_models,
      "formats": bench_formats, "openvino_int8": bench_openvino_int8,
      "open_data": bench_open_data, "class_rows": bench_class_rows,
-     "large_inputs": bench_large_inputs}[FLAGS.what](config)
+     "large_inputs": bench_large_inputs, "host": bench_host}[FLAGS.what](config)
 
 
 def run():

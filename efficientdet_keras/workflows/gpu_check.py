@@ -55,11 +55,6 @@ MAX_DETAIL_CHARS = 300
 # resizing them is most of a real dataset's cost; the rows' images are already the input size).
 HOST_ROW = "host input pipeline"
 HOST_IMAGES, HOST_IMAGE_SHAPE = 64, (480, 640)
-# Batches read untimed first (tracing the maps, filling the buffers); the timed read then
-# takes at least HOST_IMAGES images and HOST_MIN_TIMED_BATCHES batches, so that a small batch
-# is not timed over a handful of images.
-HOST_WARMUP_BATCHES = 2
-HOST_MIN_TIMED_BATCHES = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,24 +292,6 @@ def measure_host_row(options: CheckOptions, data_dir: str) -> dict:
     return _row_result(HOST_ROW, lambda: _measure_host(options, data_dir))
 
 
-def input_pipeline_images_per_s(config, source, warmup_batches: int = HOST_WARMUP_BATCHES,
-                                timed_images: int = HOST_IMAGES) -> float:
-    """Images/s that the training InputPipeline of `config` makes from `source` (a
-    data.sources source), read as fast as it comes: warmup_batches untimed batches, then
-    batches of config.batch_size holding at least `timed_images` images (and at least
-    HOST_MIN_TIMED_BATCHES of them), timed."""
-    from efficientdet_keras.data.pipeline import InputPipeline
-    pipeline = InputPipeline(config, source, is_training=True, seed=0)
-    batches = iter(pipeline())
-    for _ in range(warmup_batches):
-        next(batches)
-    timed_batches = max(HOST_MIN_TIMED_BATCHES, math.ceil(timed_images / pipeline.batch_size))
-    start = time.perf_counter()
-    for _ in range(timed_batches):
-        next(batches)
-    return timed_batches * pipeline.batch_size / (time.perf_counter() - start)
-
-
 def _row_result(name: str, measure: Callable[[], dict]) -> dict:
     """measure()'s figures with works=True, or works=False and the error's first line."""
     try:
@@ -328,12 +305,13 @@ def _measure_host(options: CheckOptions, data_dir: str) -> dict:
     from efficientdet_keras.config import validate_config
     from efficientdet_keras.data.sources import TFRecordSource
     from efficientdet_keras.data.synthetic import write_synthetic_dataset
+    from efficientdet_keras.data.throughput import training_images_per_second
     config = validate_config(row_config(setting_named("float32"), options, replicas=1))
     data = write_synthetic_dataset(os.path.join(data_dir, "host-images"),
                                    num_train=HOST_IMAGES, num_val=0,
                                    image_size=HOST_IMAGE_SHAPE)
     source = TFRecordSource(data.train_tfrecord)
-    return {"images_per_s": input_pipeline_images_per_s(config, source),
+    return {"images_per_s": training_images_per_second(config, source, HOST_IMAGES),
             "batch_size": config.batch_size}
 
 
