@@ -85,6 +85,7 @@ clean:
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py --what=postprocess
 	$(BIN)/python benchmarks/bench.py --what=pipeline --batch_size=4
+	$(BIN)/python benchmarks/bench.py --what=host
 	$(BIN)/python benchmarks/bench.py --what=open_data
 	$(BIN)/python benchmarks/bench.py --what=augment --batch_size=4
 	$(BIN)/python benchmarks/bench.py --what=eval --image_size=256 --batch_size=8
