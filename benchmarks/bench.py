@@ -548,6 +548,14 @@ def bench_callbacks(config) -> None:
           % ("backup every %d steps" % BENCH_BACKUP_STEPS,
              statistics.median(backup_costs) * 1e3, min(backup_costs) * 1e3,
              max(backup_costs) * 1e3))
+    from benchmarks.results import record
+    cells = [[name, round(statistics.median(steps_) * 1e3, 2),
+              round(statistics.median(host) * 1e3, 2)] for name, (steps_, host) in rows.items()]
+    cells.append(["run callbacks - no callbacks", "", round(statistics.median(differences), 2)])
+    cells.append(["a backup every %d steps, per backup" % BENCH_BACKUP_STEPS,
+                  round(statistics.median(backup_costs) * 1e3, 1), ""])
+    record("callbacks_host", cells, speed.machine_line(), FLAGS.results_file,
+           columns=["setting", "step ms", "host ms per step"])
 
 
 def fit_round(model, dataset, steps: int, verbose: int, callbacks_config, output):
