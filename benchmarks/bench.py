@@ -26,6 +26,10 @@ Benchmarks:
   short_runs   D0 from scratch on the demo's shapes (256 px) and on a second synthetic dataset
                (striped glyphs, 128 px, 512 steps): AP, AP50, training and inference-mode
                validation loss by epoch (benchmarks/short_runs.py).
+  short_run_spread  the short runs over --spread_seeds, and once with every box target moved by
+               1e-7: final AP and AP50 per run, their mean, min, max and span per dataset,
+               and the inference-mode validation loss by epoch (benchmarks/short_run_spread.py),
+               recorded in --results_file.
   augment      training pipeline images/s with each augmentation option on (flip and scale
                jitter, AutoAugment v0-v3, RandAugment, GridMask, mosaic, mixup, all of them), at
                --image_size, next to the images/s a train step of --model_name consumes there.
@@ -105,7 +109,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_enum("what", "postprocess",
                   ["postprocess", "pipeline", "eval", "train", "serve", "export", "kills",
                    "tflite",
-                   "short_runs", "augment", "speed", "resize", "callbacks", "models",
+                   "short_runs", "short_run_spread", "augment", "speed", "resize",
+                   "callbacks", "models",
                    "formats", "openvino_int8", "open_data", "class_rows",
                    "large_inputs", "host"],
                   "Which benchmark to run.")
@@ -136,7 +141,13 @@ flags.DEFINE_string("model_dir", os.path.join("runs", "demo"),
                     "tflite, formats, openvino_int8: a trained demo run (config.yaml, checkpoints, "
                     "synthetic/).")
 flags.DEFINE_integer("tflite_threads", TFLITE_THREADS, "tflite: interpreter threads.")
-flags.DEFINE_list("short_runs", ["glyphs", "demo"], "short_runs: which runs (glyphs, demo).")
+flags.DEFINE_list("short_runs", ["glyphs", "demo"], "short_runs, short_run_spread: which runs "
+                  "(glyphs, demo).")
+flags.DEFINE_list("spread_seeds", ["0", "1", "2", "3", "4"], "short_run_spread: the seeds.")
+flags.DEFINE_integer("spread_perturbed_seed", 0, "short_run_spread: the seed run once more with "
+                     "its box targets moved by 1e-7 (-1: none).")
+flags.DEFINE_integer("spread_jobs", 2, "short_run_spread: runs trained at a time, each in its "
+                     "own process with the cores shared out.")
 # augment: each row's --hparams, added to the config's flip and scale jitter.
 AUGMENT_OPTIONS = {
     "baseline": "",
@@ -771,6 +782,20 @@ def bench_short_runs(config) -> None:
     run_all(FLAGS.short_runs, os.path.join(FLAGS.data_dir, "short_runs"), FLAGS.hparams or None)
 
 
+def bench_short_run_spread(config) -> None:
+    """The short runs over seeds and a 1e-7 perturbation (benchmarks/short_run_spread.py)."""
+    from benchmarks import short_run_spread as spread
+
+    del config  # Each run has its own preset; --hparams is applied on top.
+    perturbed = FLAGS.spread_perturbed_seed if FLAGS.spread_perturbed_seed >= 0 else None
+    runs = spread.spread_runs(FLAGS.short_runs, [int(s) for s in FLAGS.spread_seeds], perturbed)
+    results = spread.train_all(runs, os.path.join(FLAGS.data_dir, "short_runs"),
+                               FLAGS.hparams or None, jobs=FLAGS.spread_jobs)
+    print_and_record("short_run_spread", spread.SUMMARY_COLUMNS,
+                     spread.summary_cells(spread.summarise(results)))
+    print_and_record("short_run_spread_runs", spread.RUN_COLUMNS, spread.run_cells(results))
+
+
 def speed_settings() -> speed.SpeedSettings:
     """The speed table's settings, from the flags."""
     return speed.SpeedSettings(model_name=FLAGS.model_name, hparams=FLAGS.hparams,
@@ -895,6 +920,7 @@ def main(argv):
     {"postprocess": bench_postprocess, "pipeline": bench_pipeline, "eval": bench_eval,
      "train": bench_train, "serve": bench_serve, "export": bench_export, "kills": bench_kills,
      "tflite": bench_tflite, "short_runs": bench_short_runs,
+     "short_run_spread": bench_short_run_spread,
      "augment": bench_augment, "speed": bench_speed, "resize": bench_resize,
      "callbacks": bench_callbacks, "models": bench_models,
      "formats": bench_formats, "openvino_int8": bench_openvino_int8,

@@ -74,12 +74,14 @@ def short_run_config(name: str, overrides=None):
 
 
 def run_short_run(name: str, data_dir: str, overrides=None, seed: int = 0,
-                  log=print) -> List[EpochResult]:
+                  log=print, box_target_offset: float = 0.0) -> List[EpochResult]:
     """Trains one short run from scratch and returns its epochs (see the module doc).
 
     Args:
       data_dir: where the dataset is written (reused when already there).
       overrides: config overrides on top of the preset ("k=v,..." or a dict).
+      box_target_offset: added to every training box target (e.g. 1e-7, about one float32
+        rounding step): shows how far a difference in the last bit carries.
     """
     from efficientdet_keras.data.synthetic import write_synthetic_dataset
     from efficientdet_keras.training.callbacks.coco_evaluation import COCOCallback
@@ -95,7 +97,7 @@ def run_short_run(name: str, data_dir: str, overrides=None, seed: int = 0,
         config.override(anchors)
     run = training_run(config, data, config.steps_per_epoch, seed=seed, validation=True)
     with run_settings(seed, False):
-        train_data = run.train_pipeline()()
+        train_data = offset_box_targets(run.train_pipeline()(), box_target_offset)
         val_data, evaluator = run.validation_data()
         model = run.build_model()
         callbacks = [COCOCallback(config, val_data, evaluator)]
@@ -113,6 +115,17 @@ def run_short_run(name: str, data_dir: str, overrides=None, seed: int = 0,
                                    logs["val_AP50"][i]))
         log(format_epoch(name, results[-1]))
     return results
+
+
+def offset_box_targets(dataset, offset: float):
+    """The training batches with `offset` added to every box target (none when 0)."""
+    if not offset:
+        return dataset
+
+    def shifted(images, labels):
+        return images, {key: value + offset if key.startswith("box_targets_") else value
+                        for key, value in labels.items()}
+    return dataset.map(shifted)
 
 
 def recommended_anchors(config, coco_json: str, written_size: int):
