@@ -30,6 +30,10 @@ Benchmarks:
                1e-7: final AP and AP50 per run, their mean, min, max and span per dataset,
                and the inference-mode validation loss by epoch (benchmarks/short_run_spread.py),
                recorded in --results_file.
+  learning_guard  the learning guard of tests/test_short_runs.py (benchmarks/learning_guard.py)
+               over --spread_seeds, and the same run learning less (half the steps, half the
+               learning rate): training and validation loss, AP and AP50, recorded in
+               --results_file.
   augment      training pipeline images/s with each augmentation option on (flip and scale
                jitter, AutoAugment v0-v3, RandAugment, GridMask, mosaic, mixup, all of them), at
                --image_size, next to the images/s a train step of --model_name consumes there.
@@ -109,8 +113,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_enum("what", "postprocess",
                   ["postprocess", "pipeline", "eval", "train", "serve", "export", "kills",
                    "tflite",
-                   "short_runs", "short_run_spread", "augment", "speed", "resize",
-                   "callbacks", "models",
+                   "short_runs", "short_run_spread", "learning_guard", "augment", "speed",
+                   "resize", "callbacks", "models",
                    "formats", "openvino_int8", "open_data", "class_rows",
                    "large_inputs", "host"],
                   "Which benchmark to run.")
@@ -796,6 +800,16 @@ def bench_short_run_spread(config) -> None:
     print_and_record("short_run_spread_runs", spread.RUN_COLUMNS, spread.run_cells(results))
 
 
+def bench_learning_guard(config) -> None:
+    """The learning guard's band over seeds, and runs that learn less beside it."""
+    from benchmarks import learning_guard
+
+    del config  # The guard's run is fixed: it is what the test trains.
+    results = learning_guard.measure(lambda: scratch_dir("guard_"),
+                                     [int(s) for s in FLAGS.spread_seeds])
+    print_and_record("learning_guard", learning_guard.COLUMNS, learning_guard.cells(results))
+
+
 def speed_settings() -> speed.SpeedSettings:
     """The speed table's settings, from the flags."""
     return speed.SpeedSettings(model_name=FLAGS.model_name, hparams=FLAGS.hparams,
@@ -920,7 +934,7 @@ def main(argv):
     {"postprocess": bench_postprocess, "pipeline": bench_pipeline, "eval": bench_eval,
      "train": bench_train, "serve": bench_serve, "export": bench_export, "kills": bench_kills,
      "tflite": bench_tflite, "short_runs": bench_short_runs,
-     "short_run_spread": bench_short_run_spread,
+     "short_run_spread": bench_short_run_spread, "learning_guard": bench_learning_guard,
      "augment": bench_augment, "speed": bench_speed, "resize": bench_resize,
      "callbacks": bench_callbacks, "models": bench_models,
      "formats": bench_formats, "openvino_int8": bench_openvino_int8,

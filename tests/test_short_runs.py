@@ -63,3 +63,92 @@ def test_a_tiny_short_run_reports_ap_and_both_loss_ratios(tmp_path):
                                "anchor_scale=")
     assert len(lines) == 3 and len(lines[1].split()) == len(HEADER.split())
     assert lines[2] == format_epoch("glyphs", results[1])
+
+
+@pytest.mark.quick
+def test_the_box_target_offset_moves_box_targets_alone():
+    import numpy as np
+    import tensorflow as tf
+
+    from benchmarks.short_runs import offset_box_targets
+    labels = {"box_targets_3": tf.constant([[0.5, -1.0]]), "class_targets_3": tf.constant([[1, -1]]),
+              "image_scales": tf.constant([2.0])}
+    dataset = tf.data.Dataset.from_tensors((tf.zeros([1, 2, 2, 3]), labels))
+    assert offset_box_targets(dataset, 0.0) is dataset
+    _, shifted = next(iter(offset_box_targets(dataset, 1e-7)))
+    # float32 steps near 0.5 and 1.0 are 6e-8 and 1.2e-7: one or two steps each.
+    np.testing.assert_array_equal(shifted["box_targets_3"].numpy(),
+                                  np.float32([[0.5, -1.0]]) + np.float32(1e-7))
+    assert shifted["box_targets_3"].numpy()[0, 0] != 0.5
+    np.testing.assert_array_equal(shifted["class_targets_3"].numpy(), [[1, -1]])
+    np.testing.assert_array_equal(shifted["image_scales"].numpy(), [2.0])
+
+
+@pytest.mark.quick
+def test_the_spread_summary_counts_seeds_and_leaves_the_perturbed_run_out():
+    from benchmarks.short_run_spread import (SUMMARY_COLUMNS, SpreadResult, SpreadRun,
+                                             spread_runs, summarise, summary_cells)
+    runs = spread_runs(["glyphs"], [0, 1, 2], perturbed_seed=0)
+    assert [r.label for r in runs] == ["seed 0", "seed 1", "seed 2",
+                                       "seed 0 + 1e-07 on box targets"]
+    results = [SpreadResult(runs[0], 0.50, 0.80, [2.0, 1.0], [2.0, 1.25], 1.0),
+               SpreadResult(runs[1], 0.56, 0.84, [1.5, 4.0], [2.0, 1.0], 1.0),
+               SpreadResult(runs[2], 0.53, 0.86, [1.0, 0.5], [2.0, 1.0], 1.0),
+               SpreadResult(runs[3], 0.10, 0.20, [9.0, 9.0], [1.0, 1.0], 1.0)]
+    row = summarise(results)["glyphs"]
+    assert row["runs"] == 3
+    assert row["ap_mean"] == pytest.approx(0.53) and row["ap_span"] == pytest.approx(0.06)
+    assert (row["ap50_min"], row["ap50_max"]) == (0.80, 0.86)
+    assert row["worst_loss_ratio"] == pytest.approx(4.0)  # Seed 1's second epoch: 4.0 / 1.0.
+    cells = summary_cells(summarise(results))
+    assert cells == [["glyphs", "3", "0.530", "0.500-0.560 (0.060)", "0.833",
+                      "0.800-0.860 (0.060)", "4.00"]]
+    assert len(cells[0]) == len(SUMMARY_COLUMNS)
+
+
+class TestLearningGuard:
+    """Training still learns as much as it did: the guard's run (benchmarks/learning_guard.py)
+    ends inside the band its seeds span.
+
+    Measured with `python benchmarks/bench.py --what=learning_guard` (the benchmarks page): over
+    seeds 0-4 the training loss ended at 1.57-1.65, the validation loss at 1.14-1.22, AP at
+    0.059-0.106 and AP50 at 0.148-0.241; with half the steps at 1.83-1.84, 1.81-1.89, 0.027-0.031
+    and 0.082. The band lies between, with room for another CPU's rounding."""
+
+    BAND = {"loss": (1.45, 1.72), "val_loss": (1.00, 1.40), "ap": (0.045, 0.20),
+            "ap50": (0.11, 0.40)}
+
+    def test_the_demo_recipe_learns_as_much_as_its_seeds_did(self, tmp_path):
+        from benchmarks.learning_guard import guard_run
+        result = guard_run(str(tmp_path / "guard"), seed=0)
+        outside = {key: (round(getattr(result, key), 4), band) for key, band in self.BAND.items()
+                   if not band[0] <= getattr(result, key) <= band[1]}
+        assert not outside, "the learning guard's run left its band: %s" % outside
+
+
+class TestRepeatableDemo:
+    """The README's repeatable demo ends at the figure the README gives."""
+
+    # Another CPU adds in another order (its vector width, oneDNN's kernels): a run there is
+    # one run of the same recipe, which the spread benchmark puts within this of any other.
+    TOLERANCE = 0.03
+
+    def test_the_readme_figure_is_what_the_repeatable_demo_gives(self, tmp_path):
+        import re
+
+        from helpers import REPO_ROOT
+
+        from efficientdet_keras import train
+        with open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8") as f:
+            readme = f.read()
+        assert "efficientdet-train --demo --deterministic" in readme
+        stated = re.search(r"it ends at AP (0\.\d+) / AP50 (0\.\d+)", readme)
+        assert stated, "the README no longer states the repeatable demo's figure"
+        # What `efficientdet-train --demo --deterministic` runs.
+        result = train(str(tmp_path / "demo-repeatable"), demo=True,
+                       config_overrides={"deterministic": True}, report=lambda _: None)
+        got = (result.last_metrics["AP"], result.last_metrics["AP50"])
+        for value, figure in zip(got, stated.groups()):
+            assert abs(value - float(figure)) <= self.TOLERANCE, (
+                "the repeatable demo ended at AP %.4f / AP50 %.4f; the README says %s / %s"
+                % (got + stated.groups()))
