@@ -95,6 +95,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py --what=formats --model_dir=runs/demo
 	$(BIN)/python benchmarks/bench.py --what=openvino_int8 --model_dir=runs/demo
 	$(BIN)/python benchmarks/bench.py --what=short_runs
+	$(BIN)/python benchmarks/bench.py --what=learning_guard
 	$(BIN)/python benchmarks/bench.py --what=class_rows
 	$(BIN)/python benchmarks/bench.py --what=large_inputs --repeats=3
 	$(BIN)/python benchmarks/bench.py --what=speed --model_dir=runs/demo
