@@ -280,15 +280,16 @@ def test_float16_gradients_the_loss_scale_cannot_explain_stop_training(dataset):
     optimizer takes it for an overflow, skips the step and halves its scale. Training stops
     with the guard's message once loss scaling cannot explain it, instead of skipping every
     later step with nothing logged: after MAX_OVERFLOW_SKIPS in a row from the default scale
-    (2 ** 15, whose own overflows at the start stay well below that), at the scale's floor
+    (2 ** 15, whose own overflows at the start, if any, stay well below that), at the scale's floor
     of 1 from a low one."""
     model, loss = make_model(config_for_tests(mixed_precision="float16"), run_eagerly=True)
     optimizer = model.optimizer
     assert isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer) and optimizer.dynamic
     history = model.fit(dataset, epochs=1, steps_per_epoch=8, verbose=0, callbacks=[NaNGuard()])
-    # The default scale overflowed at first (the optimizer lowered it) and training went on.
+    # Whether the default scale overflows in the first steps depends on the CPU's float16
+    # kernels; if it did, the optimizer lowered it and training went on.
     scale = float(optimizer.loss_scale)
-    assert scale < 2.0 ** 15 and history.history["nonfinite_steps"] == [0.0]
+    assert scale <= 2.0 ** 15 and history.history["nonfinite_steps"] == [0.0]
     assert history.history["loss_scale"] == [scale]
     weights = [v.numpy() for v in model.trainable_variables]
     loss.poison(1, gradient_factor=np.nan, lasting=True)
