@@ -141,6 +141,44 @@ def test_grad_checkpoint_makes_the_same_training_step(data):
     assert sum(not np.array_equal(a, b) for a, b in zip(initial, ours.values())) > 100
 
 
+@pytest.mark.parametrize("grad_checkpoint", [False, True], ids=["plain", "grad_checkpoint"])
+def test_the_last_batch_norm_fixed_epochs_train_with_the_moving_statistics(data, grad_checkpoint):
+    """batch_norm_fixed_epochs=1 of 2, two steps an epoch: steps 1-2 normalise with the
+    batch's statistics and update the moving ones; steps 3-4 leave them as they are and
+    normalise with them, so their training loss is the inference-mode loss of the same
+    weights, while the other weights (gamma and beta too) go on learning."""
+    config = small_config(num_epochs=2, batch_norm_fixed_epochs=1, learning_rate=0.5,
+                          grad_checkpoint=grad_checkpoint)
+    model = EfficientDetNetTrain(config)
+    model.compile(steps_per_epoch=2)
+    batch = one_batch(config, data)
+    statistics = [n for n in weights(model) if "moving_" in n]
+    gammas = [n for n in weights(model) if n.endswith("gamma")]
+    assert statistics and gammas
+    for step in range(1, 5):
+        before = weights(model)
+        model.reset_metrics()
+        inference_loss = model.test_on_batch(*batch, return_dict=True)["det_loss"]
+        model.reset_metrics()
+        training_loss = model.train_on_batch(*batch, return_dict=True)["det_loss"]
+        after = weights(model)
+        moved = [n for n in statistics if not np.array_equal(before[n], after[n])]
+        assert any(not np.array_equal(before[n], after[n]) for n in gammas), step
+        if step <= 2:
+            assert len(moved) == len(statistics), step
+            assert abs(training_loss - inference_loss) > 1e-3 * inference_loss, step
+        else:
+            assert moved == [], step
+            assert training_loss == pytest.approx(inference_loss, rel=1e-5), step
+
+
+@pytest.mark.quick
+def test_batch_norm_fixed_epochs_need_steps_per_epoch():
+    model = EfficientDetNetTrain(small_config(batch_norm_fixed_epochs=0.5))
+    with pytest.raises(ValueError, match=r"^batch_norm_fixed_epochs=0.5 needs steps_per_epoch"):
+        model.compile(optimizer=keras.optimizers.Adam(1e-3))
+
+
 def rewrite_options():
     """The Grappler options of the tf.function calls this thread makes now."""
     serialized = context.context().function_call_options.config_proto_serialized

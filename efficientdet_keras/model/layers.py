@@ -6,6 +6,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from efficientdet_keras.config import ACTIVATIONS
+from efficientdet_keras.model.batch_norm_mode import training_mode_of_batch_norm
 from efficientdet_keras.optimization import quantize_output
 
 
@@ -132,6 +133,9 @@ def drop_connect(x: tf.Tensor, training: bool, survival_prob: float,
     return x / survival_prob * keep
 
 
-def bn_training(training, config) -> bool:
-    """BatchNorm runs in training mode only when training and `is_training_bn` allow it."""
-    return bool(training) and bool(config.is_training_bn)
+def bn_training(training, config):
+    """BatchNorm runs in training mode only when training and `is_training_bn` allow it, and
+    then as `moving_statistics_while` (batch_norm_mode.py) says: True or a boolean tensor."""
+    if not (bool(training) and bool(config.is_training_bn)):
+        return False
+    return training_mode_of_batch_norm()

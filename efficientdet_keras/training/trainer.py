@@ -26,6 +26,7 @@ from efficientdet_keras.checkpoint import (RestoreReport, checkpoint_location, i
 from efficientdet_keras.config import Config, get_efficientdet_config
 from efficientdet_keras.detection.losses import DetectionLoss
 from efficientdet_keras.model import EfficientDetNet
+from efficientdet_keras.model.batch_norm_mode import moving_statistics_while
 from efficientdet_keras.optimization import is_pruning
 from efficientdet_keras.training.backup import finish_backup_writes
 from efficientdet_keras.training.ema import ExponentialMovingAverage, is_batch_norm_statistic
@@ -38,6 +39,22 @@ from efficientdet_keras.training.schedule_pace import SchedulePace
 
 # Weight decay applies to convolution kernels only (not biases, BatchNorm or fusion weights).
 _L2_VARIABLE_PATTERN = re.compile(r".*(kernel|depthwise_kernel|pointwise_kernel)$")
+
+
+def batch_norm_fixed_from(config: Config, steps_per_epoch: Optional[int]) -> Optional[float]:
+    """The planned schedule's step from which BatchNorm trains with its moving statistics
+    (config.batch_norm_fixed_epochs, model/batch_norm_mode.py); None when the key is 0.
+
+    Raises:
+      ValueError: the key is set and there is no steps_per_epoch to count its epochs in.
+    """
+    epochs = float(config.get("batch_norm_fixed_epochs") or 0.0)
+    if not epochs:
+        return None
+    if not steps_per_epoch:
+        raise ValueError("batch_norm_fixed_epochs=%g needs steps_per_epoch (compile's argument "
+                         "or the config's) to know where its epochs start" % epochs)
+    return float(int(max(config.num_epochs - epochs, 0.0) * steps_per_epoch))
 
 
 class EfficientDetNetTrain(EfficientDetNet):
@@ -69,6 +86,7 @@ class EfficientDetNetTrain(EfficientDetNet):
         self._freeze_pattern = (re.compile(self.config.var_freeze_expr)
                                 if self.config.var_freeze_expr else None)
         self._freeze_batch_norms()
+        self._batch_norm_fixed_from = None  # compile() counts batch_norm_fixed_epochs in steps.
         ema = (ExponentialMovingAverage(self, self.config.moving_average_decay)
                if self.config.moving_average_decay else None)
         # The averages belong in checkpoints (BackupAndRestore resumes them) but not
@@ -186,9 +204,10 @@ class EfficientDetNetTrain(EfficientDetNet):
         """
         check_compile_arguments(optimizer, loss, kwargs.get("metrics"),
                                 kwargs.get("weighted_metrics"))
+        steps = steps_per_epoch or self.config.get("steps_per_epoch")
+        self._batch_norm_fixed_from = batch_norm_fixed_from(self.config, steps)
         if optimizer is None:
             from efficientdet_keras.training.optimizers import get_optimizer
-            steps = steps_per_epoch or self.config.get("steps_per_epoch")
             if not steps:
                 raise ValueError("compile() needs steps_per_epoch (or config.steps_per_epoch) to "
                                  "build the learning-rate schedule")
@@ -269,6 +288,19 @@ class EfficientDetNetTrain(EfficientDetNet):
     # step's trace. Layers called from here are not converted either.
     @tf.autograph.experimental.do_not_convert
     def train_step(self, data):
+        # Around the whole step: grad_checkpoint's recomputed forwards need the same mode.
+        with moving_statistics_while(self._batch_norm_fixed_now()):
+            return self._train_step(data)
+
+    def _batch_norm_fixed_now(self) -> Optional[tf.Tensor]:
+        """Whether this step is among the last batch_norm_fixed_epochs of the planned
+        schedule (as paced by a time budget), or None when the key is off."""
+        if self._batch_norm_fixed_from is None:
+            return None
+        position = self.schedule_pace.position(self.optimizer.iterations)
+        return position >= self._batch_norm_fixed_from
+
+    def _train_step(self, data):
         images, labels = data
         replica = tf.distribute.get_replica_context()
         variables = self.variables_to_train

@@ -2,7 +2,8 @@
 
 from typing import Any, Mapping
 
-from efficientdet_keras.config.keys.checks import (ANY_VALUE, BOOLEAN, POSITIVE_NUMBER, Check,
+from efficientdet_keras.config.keys.checks import (ANY_VALUE, BOOLEAN, NON_NEGATIVE_NUMBER,
+                                                   POSITIVE_NUMBER, Check,
                                                    integer_at_least, is_integer,
                                                    number_in, number_list, one_of, optional)
 from efficientdet_keras.config.keys.choices import (ACTIVATIONS, BACKBONES, FPN_WEIGHT_METHODS,
@@ -143,6 +144,12 @@ KEYS = (
         "Batch Renormalization: training-mode BatchNorm corrected towards the moving "
         "statistics, for short runs on small images; adds variables, so off to load the "
         "released checkpoints."),
+    ConfigKey(
+        "batch_norm_fixed_epochs", 0.0, "float", NON_NEGATIVE_NUMBER,
+        "The last this many epochs (fractions allowed) train with every BatchNorm normalising "
+        "by its moving statistics, which stay as they are, while gamma, beta and the rest "
+        "train: the network ends adapted to the statistics inference uses. For short runs at "
+        "small batches; 0: batch statistics to the end."),
     ConfigKey(
         "sync_batch_norm", None, "bool or null", _SYNC_BATCH_NORM,
         "BatchNorm statistics of the global batch, all-reduced across replicas in training; "
