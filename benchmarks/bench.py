@@ -150,6 +150,9 @@ flags.DEFINE_list("short_runs", ["glyphs", "demo"], "short_runs, short_run_sprea
 flags.DEFINE_list("spread_seeds", ["0", "1", "2", "3", "4"], "short_run_spread: the seeds.")
 flags.DEFINE_integer("spread_perturbed_seed", 0, "short_run_spread: the seed run once more with "
                      "its box targets moved by 1e-7 (-1: none).")
+flags.DEFINE_string("spread_record", "short_run_spread", "short_run_spread: the name its two "
+                    "tables are recorded under (NAME and NAME_runs); another name keeps a variant "
+                    "(say, --hparams=batch_norm_fixed_epochs=0) beside the presets' own.")
 flags.DEFINE_integer("spread_jobs", 2, "short_run_spread: runs trained at a time, each in its "
                      "own process with the cores shared out.")
 # augment: each row's --hparams, added to the config's flip and scale jitter.
@@ -795,9 +798,10 @@ def bench_short_run_spread(config) -> None:
     runs = spread.spread_runs(FLAGS.short_runs, [int(s) for s in FLAGS.spread_seeds], perturbed)
     results = spread.train_all(runs, os.path.join(FLAGS.data_dir, "short_runs"),
                                FLAGS.hparams or None, jobs=FLAGS.spread_jobs)
-    print_and_record("short_run_spread", spread.SUMMARY_COLUMNS,
+    print_and_record(FLAGS.spread_record, spread.SUMMARY_COLUMNS,
                      spread.summary_cells(spread.summarise(results)))
-    print_and_record("short_run_spread_runs", spread.RUN_COLUMNS, spread.run_cells(results))
+    print_and_record(FLAGS.spread_record + "_runs", spread.RUN_COLUMNS,
+                     spread.run_cells(results))
 
 
 def bench_learning_guard(config) -> None:
