@@ -173,10 +173,19 @@ def test_the_last_batch_norm_fixed_epochs_train_with_the_moving_statistics(data,
 
 
 @pytest.mark.quick
-def test_batch_norm_fixed_epochs_need_steps_per_epoch():
+def test_batch_norm_fixed_epochs_need_steps_per_epoch_and_a_part_of_the_run_before_them(caplog):
     model = EfficientDetNetTrain(small_config(batch_norm_fixed_epochs=0.5))
     with pytest.raises(ValueError, match=r"^batch_norm_fixed_epochs=0.5 needs steps_per_epoch"):
         model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    model.compile(steps_per_epoch=10)
+    assert model._batch_norm_fixed_from == 15.0  # noqa: SLF001 (2 epochs of 10, the last half)
+    # A one-epoch run of a preset that fixes its last epoch (`--demo --num_epochs=1`): the
+    # statistics would never have followed a batch, so the key stands down and says so.
+    whole = EfficientDetNetTrain(small_config(num_epochs=1, batch_norm_fixed_epochs=1))
+    with caplog.at_level("WARNING"):
+        whole.compile(steps_per_epoch=10)
+    assert whole._batch_norm_fixed_from is None  # noqa: SLF001
+    assert "batch_norm_fixed_epochs=1 covers all 1 epochs" in caplog.text
 
 
 def rewrite_options():

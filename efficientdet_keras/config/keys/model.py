@@ -149,7 +149,8 @@ KEYS = (
         "The last this many epochs (fractions allowed) train with every BatchNorm normalising "
         "by its moving statistics, which stay as they are, while gamma, beta and the rest "
         "train: the network ends adapted to the statistics inference uses. For short runs at "
-        "small batches; 0: batch statistics to the end."),
+        "small batches; 0, or as many as num_epochs (with a warning): batch statistics to the "
+        "end."),
     ConfigKey(
         "sync_batch_norm", None, "bool or null", _SYNC_BATCH_NORM,
         "BatchNorm statistics of the global batch, all-reduced across replicas in training; "
