@@ -19,6 +19,7 @@ import threading
 from typing import Optional, Union
 
 import tensorflow as tf
+from absl import logging
 
 _STATE = threading.local()
 
@@ -44,3 +45,25 @@ def training_mode_of_batch_norm() -> Union[bool, tf.Tensor]:
     that is false while the condition of `moving_statistics_while` holds."""
     condition = _condition()
     return True if condition is None else tf.logical_not(condition)
+
+
+def batch_norm_fixed_from(config, steps_per_epoch: Optional[int]) -> Optional[float]:
+    """The planned schedule's step from which BatchNorm trains with its moving statistics
+    (config.batch_norm_fixed_epochs); None when the key is 0, or
+    when it covers the whole run (a warning says so): statistics that never followed a batch
+    would normalise nothing.
+
+    Raises:
+      ValueError: the key is set and there is no steps_per_epoch to count its epochs in.
+    """
+    epochs = float(config.get("batch_norm_fixed_epochs") or 0.0)
+    if not epochs:
+        return None
+    if epochs >= config.num_epochs:
+        logging.warning("batch_norm_fixed_epochs=%g covers all %g epochs of the run: BatchNorm "
+                        "trains on batch statistics throughout instead", epochs, config.num_epochs)
+        return None
+    if not steps_per_epoch:
+        raise ValueError("batch_norm_fixed_epochs=%g needs steps_per_epoch (compile's argument "
+                         "or the config's) to know where its epochs start" % epochs)
+    return float(int(max(config.num_epochs - epochs, 0.0) * steps_per_epoch))

@@ -20,14 +20,13 @@ from typing import Dict, List, Optional
 
 import tensorflow as tf
 import tf_keras as keras
-from absl import logging
 
 from efficientdet_keras.checkpoint import (RestoreReport, checkpoint_location, infer_architecture,
                                            resolve_checkpoint_path, restore_ckpt, variable_name)
 from efficientdet_keras.config import Config, get_efficientdet_config
 from efficientdet_keras.detection.losses import DetectionLoss
 from efficientdet_keras.model import EfficientDetNet
-from efficientdet_keras.model.batch_norm_mode import moving_statistics_while
+from efficientdet_keras.model.batch_norm_mode import batch_norm_fixed_from, moving_statistics_while
 from efficientdet_keras.optimization import is_pruning
 from efficientdet_keras.training.backup import finish_backup_writes
 from efficientdet_keras.training.ema import ExponentialMovingAverage, is_batch_norm_statistic
@@ -40,28 +39,6 @@ from efficientdet_keras.training.schedule_pace import SchedulePace
 
 # Weight decay applies to convolution kernels only (not biases, BatchNorm or fusion weights).
 _L2_VARIABLE_PATTERN = re.compile(r".*(kernel|depthwise_kernel|pointwise_kernel)$")
-
-
-def batch_norm_fixed_from(config: Config, steps_per_epoch: Optional[int]) -> Optional[float]:
-    """The planned schedule's step from which BatchNorm trains with its moving statistics
-    (config.batch_norm_fixed_epochs, model/batch_norm_mode.py); None when the key is 0, or
-    when it covers the whole run (a warning says so): statistics that never followed a batch
-    would normalise nothing.
-
-    Raises:
-      ValueError: the key is set and there is no steps_per_epoch to count its epochs in.
-    """
-    epochs = float(config.get("batch_norm_fixed_epochs") or 0.0)
-    if not epochs:
-        return None
-    if epochs >= config.num_epochs:
-        logging.warning("batch_norm_fixed_epochs=%g covers all %g epochs of the run: BatchNorm "
-                        "trains on batch statistics throughout instead", epochs, config.num_epochs)
-        return None
-    if not steps_per_epoch:
-        raise ValueError("batch_norm_fixed_epochs=%g needs steps_per_epoch (compile's argument "
-                         "or the config's) to know where its epochs start" % epochs)
-    return float(int(max(config.num_epochs - epochs, 0.0) * steps_per_epoch))
 
 
 class EfficientDetNetTrain(EfficientDetNet):
