@@ -46,9 +46,10 @@ $(WRITERS_STAMP): tests/writers/requirements.txt
 	touch $(WRITERS_STAMP)
 
 # The suite CI runs: every test but those marked slow (setup.cfg says which kinds), so that it
-# ends within CI's time on a 2-core machine.
+# ends within CI's time on a 2-core machine, and one shard of the slow ones, the commit's turn
+# (tests/scheduling.py), so that each slow test runs every few landings.
 test: $(STAMP) $(CLIENTS_STAMP) $(WRITERS_STAMP)
-	$(PYTEST) -m "not slow" --durations=25 $(PYTEST_ARGS)
+	$(PYTEST) --slow-shard=auto --durations=25 $(PYTEST_ARGS)
 
 # Every test, the slow ones included: before a release, or after changing what they cover.
 test-all: $(STAMP) $(CLIENTS_STAMP) $(WRITERS_STAMP)

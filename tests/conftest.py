@@ -15,8 +15,9 @@ os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_FP16")
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from helpers import PYTHON_ENV, REFERENCE_DIR  # noqa: E402
-from scheduling import DurationRecorder, costliest_groups_first, load_durations  # noqa: E402
+from helpers import PYTHON_ENV, REFERENCE_DIR, REPO_ROOT  # noqa: E402
+from scheduling import (DurationRecorder, SlowShardReport, choose_slow_shard,  # noqa: E402
+                        costliest_groups_first, load_durations, slow_shard_turn)
 from warm_python import WarmPython  # noqa: E402
 
 # The processes tests start take Ctrl-C (SIGINT) as they would from a terminal, also when the
@@ -35,12 +36,31 @@ def pytest_addoption(parser):
     parser.addoption("--write-durations", metavar="PATH", default="",
                      help="Write each group's seconds (a test file or class, see "
                           "scheduling.py) to PATH as JSON and print them (make profile).")
+    parser.addoption("--slow-shard", metavar="TURN", default="",
+                     help="Run the tests not marked slow and one shard of the slow ones: the "
+                          "shard TURN (modulo their count), or 'auto', the commit's number "
+                          "(make test; scheduling.py).")
+    parser.addoption("--suite-minutes", type=float, default=25.0,
+                     help="With --slow-shard: the wall time the suite is to fit, which sizes "
+                          "the shards.")
 
 
 class _CostliestGroupsFirst:
     @pytest.hookimpl(trylast=True)  # After pytest's own reordering by fixture scopes.
-    def pytest_collection_modifyitems(self, items):
-        items[:] = costliest_groups_first(items, load_durations())
+    def pytest_collection_modifyitems(self, config, items):
+        durations = load_durations()
+        turn = config.getoption("slow_shard")
+        if turn:
+            workers = getattr(config, "workerinput", {}).get("workercount", 1)
+            kept, groups, number, count = choose_slow_shard(
+                items, durations, 60 * config.getoption("suite_minutes"), workers,
+                slow_shard_turn(REPO_ROOT) if turn == "auto" else int(turn))
+            keep = set(kept)
+            dropped = [item for item in items if item not in keep]
+            if dropped:
+                config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
+        items[:] = costliest_groups_first(items, durations)
 
 
 def pytest_report_header(config):
@@ -56,6 +76,8 @@ def pytest_report_header(config):
 
 def pytest_configure(config):
     config.pluginmanager.register(_CostliestGroupsFirst(), "costliest-groups-first")
+    if config.getoption("slow_shard"):
+        config.pluginmanager.register(SlowShardReport(), "slow-shard-report")
     if config.getoption("write_durations"):
         config.pluginmanager.register(DurationRecorder(config.getoption("write_durations")),
                                       "duration-recorder")
