@@ -21,15 +21,16 @@ import tensorflow as tf
 import tf_keras as keras
 
 from helpers import (ARCHIVE_DOWNLOAD, KAGGLE_API, KAGGLE_HANDLE, KAGGLE_PAGE, TFHUB_PATH,
-                     KaggleModelsStandIn, LoopbackServer, kagglehub_pointed_at, tiny_config)
+                     SMALL_NETWORK, KaggleModelsStandIn, LoopbackServer, kagglehub_pointed_at,
+                     tiny_config)
 
 HANDLE_PATH = "/efficientdet/lite0/feature-vector/1"
 
 
 def module_config(**overrides):
-    """Small heads, 3 levels, 64 px: a module that exports, loads and trains quickly."""
-    values = dict(image_size=64, num_classes=4, fpn_num_filters=16, fpn_cell_repeats=1,
-                  box_class_repeats=1, max_level=5, batch_size=2, backbone_survival_prob=1.0,
+    """The small network, 3 levels, 64 px: a module that exports, loads and trains quickly."""
+    values = dict(SMALL_NETWORK, image_size=64, num_classes=4, max_level=5, batch_size=2,
+                  backbone_survival_prob=1.0,
                   moving_average_decay=0, jitter_min=1.0, jitter_max=1.0,
                   input_rand_hflip=False)
     values.update(overrides)

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from helpers import REPO_ROOT, SMALL_NETWORK_HPARAMS
+from helpers import REPO_ROOT, SMALL_NETWORK_HPARAMS, python
 from efficientdet_keras.data.synthetic import write_synthetic_dataset
 
 TRAIN_TOOL = os.path.join(REPO_ROOT, "tools", "train.py")
@@ -20,7 +20,7 @@ def data(tmp_path_factory):
 
 
 def command(data, model_dir, *extra):
-    return [sys.executable, TRAIN_TOOL, "--mode=traineval", "--model_dir=%s" % model_dir,
+    return [python(), TRAIN_TOOL, "--mode=traineval", "--model_dir=%s" % model_dir,
             "--train_file_pattern=%s" % data.train_tfrecord,
             "--val_file_pattern=%s" % data.val_tfrecord, "--val_json_file=%s" % data.val_json,
             "--hparams=%s" % SMALL, "--batch_size=4", "--num_examples_per_epoch=8",
@@ -63,7 +63,8 @@ def test_batch_must_divide_among_replicas():
 def test_with_strict_data_a_class_id_above_num_classes_stops_training_with_one_line(data,
                                                                                    tmp_path):
     # The synthetic records hold classes 1..4; the model is told there are 2. Without
-    # strict_data such boxes are dropped with a warning (tests/test_bad_data.py).
+    # strict_data such boxes are dropped with a warning (tests/test_bad_data.py). A cold
+    # process: what a user's terminal shows, TensorFlow's own start-up lines included.
     env = dict(os.environ)
     env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # A user's shell: the tool quiets TensorFlow itself.
     result = subprocess.run(
@@ -89,7 +90,7 @@ def test_steps_per_epoch_from_hparams_is_honoured_and_deterministic_runs_match(d
 
     def train(name):
         model_dir = tmp_path / name
-        result = run([sys.executable, TRAIN_TOOL, "--mode=train", "--model_dir=%s" % model_dir,
+        result = run([python(), TRAIN_TOOL, "--mode=train", "--model_dir=%s" % model_dir,
                       "--train_file_pattern=%s" % data.train_tfrecord,
                       "--hparams=%s,steps_per_epoch=3" % SMALL, "--batch_size=2",
                       "--num_epochs=1", "--deterministic", "--verbosity=0"])

@@ -6,13 +6,12 @@ import csv
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 import yaml
 
-from helpers import REPO_ROOT, SMALL_NETWORK_HPARAMS
+from helpers import REPO_ROOT, SMALL_NETWORK_HPARAMS, python
 
 optuna = pytest.importorskip("optuna", reason="the tune extra (optuna) is not installed")
 
@@ -59,7 +58,7 @@ def modification_times(folder):
 
 def test_a_killed_search_continues_its_second_trial_and_its_settings_train(tmp_path):
     search = str(tmp_path / "search")
-    process = subprocess.Popen([sys.executable, "-c", SEARCH % (search, TINY["hparams"])],
+    process = subprocess.Popen([python(), "-c", SEARCH % (search, TINY["hparams"])],
                                cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     try:  # Killed as its second trial starts training.
