@@ -136,8 +136,8 @@ class SlowShardReport:
 
 
 class DurationRecorder:
-    """Adds up each group's setup, call and teardown seconds; writes them as JSON and prints
-    the groups by time at the end of the run (`make profile`)."""
+    """Adds up each group's setup, call and teardown seconds; writes them into the JSON file
+    and prints the groups by time at the end of the run (`make profile`)."""
 
     def __init__(self, path: str):
         self.path = path
@@ -150,8 +150,10 @@ class DurationRecorder:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if hasattr(session.config, "workerinput"):  # Only the controller sees every report.
             return
+        # Groups this run did not see (another shard's slow tests) keep their last times.
+        times = dict(load_durations(self.path), **{g: round(s, 1) for g, s in self.groups.items()})
         with open(self.path, "w") as f:
-            json.dump({g: round(s, 1) for g, s in sorted(self.groups.items())}, f, indent=1)
+            json.dump(dict(sorted(times.items())), f, indent=1)
             f.write("\n")
 
     def pytest_terminal_summary(self, terminalreporter) -> None:

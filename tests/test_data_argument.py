@@ -72,27 +72,47 @@ def test_train_on_a_roboflow_export_takes_classes_and_names_from_the_data(tmp_pa
     assert (model_dir / "confusion_matrix" / "ckpt-1.csv").exists()
 
 
-@pytest.mark.parametrize("layout,found,data_ids", [
-    ("write_coco_folder", "COCO JSON", [1, 2]),
-    ("write_yolo", "YOLO (Ultralytics data.yaml)", [0, 1]),
-    ("write_voc", "Pascal VOC", ["gadget", "widget"])])  # Names in sorted order.
-def test_one_command_trains_on_each_layout(tmp_path, layout, found, data_ids):
+LAYOUTS = [("write_coco_folder", "COCO JSON", [1, 2]),
+           ("write_yolo", "YOLO (Ultralytics data.yaml)", [0, 1]),
+           ("write_voc", "Pascal VOC", ["gadget", "widget"])]  # Names in sorted order.
+
+
+@pytest.mark.parametrize("layout,found,data_ids", LAYOUTS)
+def test_each_layout_gives_the_run_its_classes(tmp_path, layout, found, data_ids):
+    """What a training run takes from the data, in process: the classes into the config and
+    classes.json, each model id with the data's own (the command below trains on one)."""
+    from efficientdet_keras import get_efficientdet_config
+    from efficientdet_keras.workflows.train_data import DataSpec, find_training_data
     data = str(tmp_path / "pets")
     getattr(dataset_layouts, layout)(data, train=4, val=2)
+    config = get_efficientdet_config("efficientdet-d0")
+    reported = []
+    sources = find_training_data(DataSpec(data=data), config, str(tmp_path), evaluate=False,
+                                 report=reported.append)
+    assert reported[0].splitlines()[0].endswith(", " + found)
+    assert sources.train is not None and sources.val is None
+    assert config.num_classes == 2 and sorted(config.label_map.values()) == ["gadget", "widget"]
+    classes = json.loads((tmp_path / "classes.json").read_text())["classes"]
+    assert [c["id"] for c in classes] == [1, 2]
+    assert [c["data_id"] for c in classes] == data_ids
+
+
+def test_one_command_trains_on_a_layout_by_its_folder_alone(tmp_path):
+    data = str(tmp_path / "pets")
+    dataset_layouts.write_yolo(data, train=4, val=2)  # 0-based ids: the mapping matters.
     model_dir = tmp_path / "run"
     result = run_tool("train.py", "--data=" + data, "--model_dir=%s" % model_dir,
                       "--mode=train", "--hparams=" + SMALL, "--batch_size=2",
                       "--num_epochs=1", "--tf_random_seed=1")
     assert result.returncode == 0, result.stderr[-3000:]
     first = result.stdout.splitlines()[0]  # YOLO names its data.yaml.
-    assert first.startswith("Data: %s" % data) and first.endswith(", " + found)
+    assert first.startswith("Data: %s" % data) and first.endswith(", YOLO (Ultralytics data.yaml)")
     assert (model_dir / "ckpt-1.index").exists()
     config = yaml.safe_load((model_dir / "config.yaml").read_text())
     assert config["num_classes"] == 2
     assert sorted(config["label_map"].values()) == ["gadget", "widget"]
     classes = json.loads((model_dir / "classes.json").read_text())["classes"]
-    assert [c["id"] for c in classes] == [1, 2]
-    assert [c["data_id"] for c in classes] == data_ids
+    assert [(c["id"], c["data_id"]) for c in classes] == [(1, 0), (2, 1)]
 
 
 @pytest.mark.quick

@@ -41,12 +41,12 @@ RUN_COMMANDS = [(b, i, c) for b, i, c in COMMANDS if not any(c.startswith(e) for
 STEPS = [step for b in BLOCKS for step in ([(b, None, None)] if b.language == "python" else
                                            [s for s in RUN_COMMANDS if s[0] is b])]
 # What the pages' commands expect from an earlier run: runs/demo, here a one-step demo of the
-# small network, so that the exports and evaluations the pages run on it trace a fraction of
-# D0's ops (no page's command trains on runs/demo, which would need the demo's own network).
-# It keeps D0's 64 feature channels, which a TF-Hub module of it must give to fine-tune as D0.
+# small network at 128 px, so that the exports, conversions and evaluations the pages run on it
+# trace a fraction of D0's ops (no page's command trains on runs/demo, which would need the
+# demo's own network; the fine-tune of its TF-Hub module is exempt).
 TINY_DEMO = ("efficientdet-train --demo --demo_images=8 --num_epochs=1 "
-             "--hparams=steps_per_epoch=1,%s --model_dir=runs/demo" % ",".join(
-                 "%s=%s" % item for item in dict(SMALL_NETWORK, fpn_num_filters=64).items()))
+             "--hparams=steps_per_epoch=1,image_size=128,%s --model_dir=runs/demo" % ",".join(
+                 "%s=%s" % item for item in SMALL_NETWORK.items()))
 # The front page is a front page: a reader finds the quick starts without scrolling far.
 README_MAX_LINES = 215
 

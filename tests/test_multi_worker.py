@@ -203,7 +203,7 @@ def read_checkpoint(prefix):
     return {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()}
 
 
-@pytest.mark.slow  # make test keeps two workers in test_preemption.TestSigtermToOneWorker.
+@pytest.mark.slow  # Two processes: make test runs it in its slow shard's turn (scheduling.py).
 class TestTwoWorkersTraining:
     """A class of its own: a long test, run apart from its file (scheduling.py)."""
 

@@ -105,6 +105,8 @@ class FakeReport:
 
 
 def test_the_recorder_adds_up_each_groups_phases(tmp_path):
+    (tmp_path / "durations.json").write_text(json.dumps({"tests/test_a.py": 99.0,
+                                                         "tests/test_c.py [slow]": 4.0}))
     recorder = DurationRecorder(str(tmp_path / "durations.json"))
     for nodeid, seconds in [("tests/test_a.py::one", 1.25), ("tests/test_a.py::one", 2.0),
                             ("tests/test_a.py::TestLong::one", 7.0),
@@ -117,4 +119,4 @@ def test_the_recorder_adds_up_each_groups_phases(tmp_path):
     recorder.pytest_sessionfinish(Session())
     assert json.loads((tmp_path / "durations.json").read_text()) == {
         "tests/test_a.py": 3.2, "tests/test_a.py::TestLong": 7.0, "tests/test_b.py": 0.5,
-        "tests/test_b.py [slow]": 9.0}
+        "tests/test_b.py [slow]": 9.0, "tests/test_c.py [slow]": 4.0}  # Another shard's.
