@@ -6,7 +6,7 @@ import tf_keras as keras
 from tensorflow.core.protobuf import rewriter_config_pb2
 from tensorflow.python.eager import context
 
-from helpers import tiny_config
+from helpers import keras_seeded, tiny_config
 from efficientdet_keras.checkpoint import variable_name
 from efficientdet_keras.data.pipeline import InputPipeline
 from efficientdet_keras.data.sources import TFRecordSource
@@ -149,12 +149,14 @@ def test_the_last_batch_norm_fixed_epochs_train_with_the_moving_statistics(data,
     weights, while the other weights (gamma and beta too) go on learning."""
     config = small_config(num_epochs=2, batch_norm_fixed_epochs=1, learning_rate=0.5,
                           grad_checkpoint=grad_checkpoint)
-    model = EfficientDetNetTrain(config)
+    with keras_seeded(0):  # The same start in every run: the losses below are repeatable.
+        model = EfficientDetNetTrain(config)
     model.compile(steps_per_epoch=2)
     batch = one_batch(config, data)
     statistics = [n for n in weights(model) if "moving_" in n]
     gammas = [n for n in weights(model) if n.endswith("gamma")]
     assert statistics and gammas
+    batch_statistics_effect = []
     for step in range(1, 5):
         before = weights(model)
         model.reset_metrics()
@@ -166,10 +168,13 @@ def test_the_last_batch_norm_fixed_epochs_train_with_the_moving_statistics(data,
         assert any(not np.array_equal(before[n], after[n]) for n in gammas), step
         if step <= 2:
             assert len(moved) == len(statistics), step
-            assert abs(training_loss - inference_loss) > 1e-3 * inference_loss, step
+            batch_statistics_effect.append(abs(training_loss - inference_loss) / inference_loss)
         else:
             assert moved == [], step
             assert training_loss == pytest.approx(inference_loss, rel=1e-5), step
+    # Batch statistics change the loss by 0.2-15% a step from random starts; one step's
+    # change can come near 0 by chance, both steps' together do not.
+    assert max(batch_statistics_effect) > 1e-2, batch_statistics_effect
 
 
 @pytest.mark.quick

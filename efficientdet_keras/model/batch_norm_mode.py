@@ -66,4 +66,4 @@ def batch_norm_fixed_from(config, steps_per_epoch: Optional[int]) -> Optional[fl
     if not steps_per_epoch:
         raise ValueError("batch_norm_fixed_epochs=%g needs steps_per_epoch (compile's argument "
                          "or the config's) to know where its epochs start" % epochs)
-    return float(int(max(config.num_epochs - epochs, 0.0) * steps_per_epoch))
+    return float(int((config.num_epochs - epochs) * steps_per_epoch))
