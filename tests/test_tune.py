@@ -6,12 +6,13 @@ import csv
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
 import yaml
 
-from helpers import REPO_ROOT, SMALL_NETWORK_HPARAMS, python
+from helpers import REPO_ROOT, SMALL_NETWORK_HPARAMS
 
 optuna = pytest.importorskip("optuna", reason="the tune extra (optuna) is not installed")
 
@@ -58,7 +59,9 @@ def modification_times(folder):
 
 def test_a_killed_search_continues_its_second_trial_and_its_settings_train(tmp_path):
     search = str(tmp_path / "search")
-    process = subprocess.Popen([python(), "-c", SEARCH % (search, TINY["hparams"])],
+    # A cold process: the kill must end the search itself at once (a warm launcher's command
+    # would outlive it for a moment, still holding the folder's train.lock).
+    process = subprocess.Popen([sys.executable, "-c", SEARCH % (search, TINY["hparams"])],
                                cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     try:  # Killed as its second trial starts training.
