@@ -139,6 +139,24 @@ def test_coco_images_missing_everywhere_are_named(tmp_path):
         dataset.split("train").records
 
 
+def test_coco_images_are_found_by_file_name_below_the_dataset_never_above_it(tmp_path):
+    """FiftyOne's layout (labels.json, images in data/) with each file_name a path on the
+    labelling machine: the images are the dataset's own copies, found by their file names."""
+    root = tmp_path / "export"
+    truth = dataset_layouts.write_coco_json(str(root / "labels.json"), str(root / "data"), 3,
+                                            (1, 2))
+    data = json.loads((root / "labels.json").read_text())
+    for image in data["images"]:
+        image["file_name"] = "/labelling-machine/photos/" + image["file_name"]
+    (root / "labels.json").write_text(json.dumps(data))
+    records = open_dataset(str(root)).split("train").records
+    assert boxes_by_file(records, {1: NAMES[0], 2: NAMES[1]}) == truth
+    assert all(os.path.dirname(r.path) == str(root / "data") for r in records)
+    os.rename(root / "data", tmp_path / "data")  # Same names, but outside the dataset.
+    with pytest.raises(ValueError, match="by their file names under %s$" % root):
+        open_dataset(str(root)).split("train").records
+
+
 def test_splits_whose_categories_differ_are_an_error(tmp_path):
     dataset_layouts.write_coco_folder(str(tmp_path))
     val = tmp_path / "annotations" / "instances_val.json"

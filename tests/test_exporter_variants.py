@@ -68,7 +68,8 @@ def test_no_split_keys_reads_split_images_folders(tmp_path):
 def test_no_split_keys_and_no_split_folders_is_one_line(tmp_path):
     root = str(tmp_path)
     rewrite_yaml(root, {"names": list(NAMES)})
-    with pytest.raises(ValueError, match="no 'train' key .* nor train/images/ or images/train/"):
+    with pytest.raises(ValueError, match="no 'train', 'val' or 'test' key .* nor train/images/ or "
+                       "images/train/"):
         open_dataset(root)
 
 

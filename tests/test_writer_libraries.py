@@ -1,6 +1,6 @@
 """`open_dataset` against the libraries users export datasets with: one small COCO dataset is
-written by supervision, datumaro (CVAT's exporter), globox and labelme themselves, in every
-box layout each writes (tests/writers/write_layouts.py, run in their own environment,
+written by supervision, datumaro (CVAT's exporter), globox, labelme, labelformat, Label
+Studio's converter and FiftyOne themselves, in every box layout each writes (tests/writers/write_layouts.py, run in their own environment,
 .venv-writers, which `make test` builds), and each result is read back: the source's
 classes and boxes, or one line for a layout the data guide says is not read."""
 
@@ -33,7 +33,17 @@ READ = {
     "globox-yolo_v5": "yolo", "globox-labelme": "labelme", "globox-cvat": "cvat",
     "globox-openimage": "open_images",
     "labelme-json": "labelme", "labelme-json_imagedata": "labelme",
+    "labelformat-coco": "coco", "labelformat-pascalvoc": "voc", "labelformat-yolov8": "yolo",
+    "labelformat-cvat": "cvat",
+    "label_studio-coco": "coco", "label_studio-voc": "voc", "label_studio-yolo": "yolo",
+    "fiftyone-coco": "coco", "fiftyone-voc": "voc", "fiftyone-yolov5": "yolo",
 }
+# Exports of one split (a Label Studio project; labelformat's one split per run; FiftyOne's
+# export of one view), and which.
+ONE_SPLIT = {"label_studio-coco": "train", "label_studio-voc": "train",
+             "label_studio-yolo": "train", "labelformat-pascalvoc": "train",
+             "labelformat-cvat": "train", "labelformat-yolov8": "val",
+             "fiftyone-coco": "train", "fiftyone-voc": "train", "fiftyone-yolov5": "val"}
 # Each export the data guide says is not read, and the start of its one-line refusal.
 NOT_READ = {
     "datumaro-datumaro": "is datumaro's own format",
@@ -42,7 +52,10 @@ NOT_READ = {
         "datumaro-label_me", "datumaro-kitti", "datumaro-kitti_detection",
         "datumaro-mot_seq_gt", "datumaro-wider_face", "datumaro-ava",
         "datumaro-icdar_text_localization", "datumaro-mvtec_detection", "globox-via_json",
-        "globox-txt")},
+        "globox-txt", "labelformat-kitti", "labelformat-lightly", "label_studio-csv",
+        "fiftyone-kitti")},
+    **{name: "holds a list, not a COCO instances object" for name in (
+        "label_studio-json", "label_studio-json_min")},
 }
 # datumaro registers its TFRecord exporter only where TensorFlow is installed, and the
 # writers' environment has none (TFRecords are read as efficientdet-create-tfrecord writes).
@@ -84,8 +97,9 @@ def test_each_layout_is_read_box_for_box(written, export):
     dataset = open_dataset(folders[export])
     assert dataset.format == READ[export]
     assert sorted(dataset.classes.names.values()) == sorted(dataset_layouts.NAMES)
-    assert list(dataset.splits) == ["train", "val"]
-    for split in ("train", "val"):
+    splits = [ONE_SPLIT[export]] if export in ONE_SPLIT else ["train", "val"]
+    assert list(dataset.splits) == splits
+    for split in splits:
         read = {}
         for record in dataset.split(split).records:
             assert os.path.isfile(record.path), record.path

@@ -326,13 +326,28 @@ def test_roboflow_paths_above_the_yaml_fall_back_to_its_folder(tmp_path, caplog)
     assert record.classes.tolist() == [1]
 
 
+def test_names_keyed_by_other_ids_number_the_classes_in_their_order(tmp_path, caplog):
+    """labelformat's data.yaml: names keyed by the COCO ids (1, 3), which the labels use; and
+    only a val split, an evaluation set."""
+    image = write_image(tmp_path / "images" / "a.jpg")
+    write_labels(image, "3 0.5 0.5 0.5 0.4", "1 0.25 0.25 0.25 0.25", "0 0.5 0.5 0.1 0.1")
+    dataset = read_yolo_yaml(write_yaml(tmp_path / "data.yaml",
+                                        "path: .\nval: images\nnames: {1: cat, 3: dog}\n"))
+    assert list(dataset.splits) == ["val"] and dataset.names == ["cat", "dog"]
+    assert dataset.class_ids == [1, 3]
+    (record,), skipped, text = load(dataset.splits["val"], caplog, num_classes=2,
+                                    class_ids=dataset.class_ids)
+    assert record.classes.tolist() == [2, 1] and sum(skipped.values()) == 1
+    assert "(class 0; the dataset's class ids are 1, 3)" in text
+
+
 @pytest.mark.parametrize("text, error, message", [
     ("train: images/train\nnc: 3\nnames: [cat, dog]\n", ValueError,
      "'nc' is 3 but 'names' has 2 classes"),
     ("train: images/train\n", ValueError, "'names' must be a list of class names"),
-    ("train: images/train\nnames: {0: cat, 2: dog}\n", ValueError,
-     "'names' must number the classes 0..1 without gaps, got ids [0, 2]"),
-    ("val: images/val\nnames: [cat]\n", ValueError, "no 'train' key"),
+    ("train: images/train\nnames: {cat: 0, dog: 1}\n", ValueError,
+     "'names' keys must be class ids, whole numbers from 0, not 'cat', 'dog'"),
+    ("train: images/train\nnames: {-1: cat}\n", ValueError, "'names' keys must be class ids"),
     ("train: images/train\nval: images/missing\nnames: [cat]\n", FileNotFoundError,
      "'val': %s does not exist" % os.path.join("{root}", "images", "missing")),
     ("train: lists/train.txt\nnames: [cat]\n", FileNotFoundError,

@@ -14,7 +14,8 @@ Layouts found, in this order, for a folder:
   voc       Annotations/, JPEGImages/ and ImageSets/Main/<split>.txt (a VOC year folder)
   cvat      CVAT for images XML (<annotations> root) in the folder or annotations/, split by
             the images' subset or by the file names
-  voc       or VOC XMLs beside their images, in train/ valid/ test/ or in the folder itself
+  voc       or VOC XMLs beside their images, in train/ valid/ test/ or in the folder itself,
+            or in a folder below it (Annotations/, labels/) with the images found by file name
   labelme   LabelMe JSON files beside their images, in split folders or in the folder itself
   csv       TensorFlow Object Detection CSV (filename,width,height,class,xmin,ymin,xmax,ymax;
             Roboflow's _annotations.csv), in split folders, or split by file name
@@ -150,14 +151,30 @@ def _instances_first(files: Sequence[str]) -> str:
 
 
 def _voc_xml_folders(path: str) -> Dict[str, str]:
-    """{split: folder} of VOC XMLs beside their images: in split folders (train/, valid/,
-    test/), else in the folder itself (as train)."""
+    """{split: folder} of VOC XMLs: in split folders (train/, valid/, test/), else in the
+    folder itself (as train), else in the folders below it that hold VOC annotations
+    (Label Studio's Annotations/, FiftyOne's labels/), split by their names or train."""
+    from efficientdet_keras.data.formats.voc import is_voc_annotation
+
     def has_xml(folder):
         return any(name.lower().endswith(".xml") for name in os.listdir(folder))
     folders = {split: folder for split, folder in split_folders(path).items()
                if has_xml(folder)}
     if not folders and has_xml(path):
         folders["train"] = path
+    if folders:
+        return folders
+    for folder, subfolders, files in os.walk(path):
+        subfolders[:] = sorted(d for d in subfolders if not d.startswith(".")) \
+            if folder.count(os.sep) - path.count(os.sep) < 2 else []
+        xmls = sorted(f for f in files if f.lower().endswith(".xml"))
+        if any(is_voc_annotation(os.path.join(folder, x)) for x in xmls[:10]):
+            words = os.path.relpath(folder, path).split(os.sep)
+            split = next(filter(None, map(split_name, reversed(words))), "train")
+            if split in folders:
+                raise ValueError("%s and %s both hold %s annotations; open one of them"
+                                 % (folders[split], folder, split))
+            folders[split] = folder
     return folders
 
 

@@ -55,7 +55,7 @@ def coco_dataset(path: str, splits: Dict[str, tuple], data_format: str = "coco")
             data = parse_coco_file(json_file)
             if json_file != first_file:
                 _check_same_categories(json_file, data, first_file, first)
-            folder = image_dir or find_image_dir(json_file, data)
+            folder = image_dir or find_image_dir(json_file, data, path)
             records = load_coco_records(json_file, folder, skipped,
                                         set(classes.data_ids.values()))
             return RecordsSource([with_class_ids(r, shift) for r in records])
@@ -77,32 +77,50 @@ def _check_same_categories(json_file: str, data: dict, first_file: str, first: d
                          "their classes" % (json_file, first_file))
 
 
-def find_image_dir(json_file: str, data: dict) -> str:
+def find_image_dir(json_file: str, data: dict, dataset: Optional[str] = None) -> str:
     """The folder the images of a COCO JSON are in: beside it, in images/, or in a folder
     named after the file (annotations/instances_val2017.json -> val2017/): the one that holds
-    most of the first images' files.
+    most of the first images' files; else the folder under the dataset's that holds most of
+    them by file name (FiftyOne's data/, a copy of images whose paths are gone).
+
+    dataset: the dataset's folder (or its JSON file), outside which no image is looked for.
+      A JSON given as the dataset is looked around as in COCO's own layout: its folder and
+      that folder's parent (annotations/.. holds val2017/).
 
     Raises:
       ValueError naming the file and the folders looked in.
     """
+    from efficientdet_keras.data.formats.coco_records import image_path
+    from efficientdet_keras.data.image_index import ImageIndex
     here = os.path.dirname(os.path.abspath(json_file))
     parent = os.path.dirname(here)
+    if dataset is None or os.path.isfile(dataset):
+        root = parent
+    else:
+        root = os.path.abspath(dataset)
     stem = os.path.splitext(os.path.basename(json_file))[0]
     split_folder = stem.split("_", 1)[1] if "_" in stem else stem
     candidates = [here] + [os.path.join(here, d) for d in _IMAGE_DIR_NAMES]
     candidates += [os.path.join(parent, split_folder), os.path.join(parent, "images", split_folder)]
     candidates += [os.path.join(parent, d) for d in _IMAGE_DIR_NAMES]
+    candidates = [c for c in candidates if _within(c, root)]
     names = [im["file_name"] for im in data["images"][:20]
              if isinstance(im, dict) and isinstance(im.get("file_name"), str)]
     if not names:
         return here
-    from efficientdet_keras.data.formats.coco_records import image_path
     found = [sum(os.path.isfile(image_path(folder, name)) for name in names)
              for folder in candidates]
-    if max(found):  # The folder that holds most of them (the first of equals).
+    if found and max(found):  # The folder that holds most of them (the first of equals).
         return candidates[found.index(max(found))]
-    raise ValueError("%s: cannot find its images (such as %s) in %s"
-                     % (json_file, names[0], ", ".join(sorted(set(candidates)))))
+    by_name = ImageIndex(root).folder_holding(names)
+    if by_name:
+        return by_name
+    raise ValueError("%s: cannot find its images (such as %s) in %s, or by their file names "
+                     "under %s" % (json_file, names[0], ", ".join(sorted(set(candidates))), root))
+
+
+def _within(path: str, folder: str) -> bool:
+    return os.path.commonpath([os.path.abspath(path), folder]) == folder
 
 
 # --- YOLO -----------------------------------------------------------------------------------
@@ -114,12 +132,15 @@ def yolo_dataset(yaml_file: str, layout=None) -> Dataset:
     from efficientdet_keras.data.formats.yolo_yaml import read_yolo_yaml
     layout = layout or read_yolo_yaml(yaml_file)
     classes = indexed_classes(layout.names)
+    if layout.class_ids:  # The names' own ids (1..K, say), in the label files too.
+        classes = DataClasses(classes.names, {k: layout.class_ids[k - 1] for k in classes.names})
     skipped = collections.Counter()
 
     def loader(image_paths):
         def load():
             records = load_yolo_records(image_paths, len(layout.names), skipped,
-                                        keypoint_fields=layout.keypoint_fields)
+                                        keypoint_fields=layout.keypoint_fields,
+                                        class_ids=layout.class_ids)
             return RecordsSource(records)
         return load
 
@@ -157,12 +178,15 @@ def voc_dataset(voc_root: str, origin: Optional[int] = None) -> Dataset:
 
 def voc_folder_dataset(path: str, folders: Dict[str, str],
                        origin: Optional[int] = None) -> Dataset:
-    """VOC XMLs beside their images, {split: folder}; the classes are the XMLs' object names
+    """VOC XMLs beside their images or with their images elsewhere in the dataset folder `path`
+    (found by file name), {split: folder}; the classes are the XMLs' object names
     (as for a VOC year folder). The tools that export this layout write pixels from 0, seen
     in a box coordinate of 0 (else they are taken to start at 1, as in the VOC devkit);
     `origin` (0 or 1) says it instead."""
     from efficientdet_keras.data.formats.voc import voc_folder_pairs
-    return _voc_pairs_dataset(path, {split: (folder, voc_folder_pairs(folder))
+    from efficientdet_keras.data.image_index import ImageIndex
+    index = ImageIndex(path)
+    return _voc_pairs_dataset(path, {split: (folder, voc_folder_pairs(folder, index))
                                      for split, folder in folders.items()}, None, None, origin)
 
 

@@ -1,5 +1,6 @@
-"""Writes one COCO dataset in every bounding-box layout that supervision, datumaro, globox
-and labelme write, with each library's own writer, for the held test of `open_dataset`.
+"""Writes one COCO dataset in every bounding-box layout that supervision, datumaro, globox,
+labelme, labelformat, Label Studio and FiftyOne write, with each library's own writer, for the held test
+of `open_dataset`.
 
 Run it with the writers' environment (tests/writers/requirements.txt), not the package's:
 
@@ -267,6 +268,142 @@ def labelme_exports(source):
             "json_imagedata": lambda out: write(out, True)}
 
 
+# labelformat: its CLI (`labelformat convert`), from the source's COCO files. It writes the
+# labels only; the images are copied into images/, where a user puts them. Its YOLO writer
+# numbers the classes by their COCO ids (names: {1: widget, 2: gadget}) and names one split
+# per run in data.yaml, so each of its folders holds one split, the source's train split (YOLO:
+# val, an evaluation set). yolov8 stands for the YOLO versions, which share its writer class;
+# rtdetr for COCO's, which share the COCO writer.
+
+def labelformat_exports(source):
+    import subprocess
+    import labelformat  # noqa: F401 - not installed: every export is reported as skipped
+    command = os.path.join(os.path.dirname(sys.executable), "labelformat")
+
+    def convert(split, output_format, *output):
+        subprocess.run([command, "convert", "--task", "object-detection", "--input-format",
+                        "coco", "--input-file", coco_paths(source, split)[0], "--output-format",
+                        output_format] + list(output), check=True, stdout=sys.stderr)
+
+    def coco(out):  # {train,val}.json, images/ (both splits)
+        for split in SPLITS:
+            convert(split, "coco", "--output-file", os.path.join(out, split + ".json"))
+            copy_images(source, split, os.path.join(out, "images"))
+
+    def pascalvoc(out):  # labels/*.xml, images/
+        convert("train", "pascalvoc", "--output-folder", os.path.join(out, "labels"))
+        copy_images(source, "train", os.path.join(out, "images"))
+
+    def yolov8(out):  # data.yaml (val: images), labels/*.txt, images/
+        convert("val", "yolov8", "--output-file", os.path.join(out, "data.yaml"),
+                "--output-split", "val")
+        copy_images(source, "val", os.path.join(out, "images"))
+
+    def cvat(out):  # annotations XML in the folder, images/
+        convert("train", "cvat", "--output-folder", out)
+        copy_images(source, "train", os.path.join(out, "images"))
+
+    def kitti(out):  # labels/*.txt with the class names, images/
+        convert("train", "kitti", "--output-folder", os.path.join(out, "labels"))
+        copy_images(source, "train", os.path.join(out, "images"))
+
+    def lightly(out):  # Lightly's JSON per image, images/
+        convert("train", "lightly", "--output-folder", os.path.join(out, "detection-task"))
+        copy_images(source, "train", os.path.join(out, "images"))
+
+    return {"coco": coco, "pascalvoc": pascalvoc, "yolov8": yolov8, "cvat": cvat,
+            "kitti": kitti, "lightly": lightly}
+
+
+# Label Studio: the export of one project (the source's train split) as Label Studio's server
+# writes it: its own JSON (what "Export" gives: rectangles in percent of the image) and, by its
+# converter (label_studio_sdk.converter, the code behind the other export formats), COCO, VOC,
+# YOLO, CSV and JSON-MIN, each with the project's images in images/. The images were imported
+# from local storage on the labelling machine, whose folder is not on this one.
+
+LABEL_STUDIO_STORAGE = "/label-studio/storage"
+
+
+def label_studio_exports(source):
+    from label_studio_sdk.converter import Converter
+
+    coco = read_coco(source, "train")
+    names = {c["id"]: c["name"] for c in coco["categories"]}
+    tasks = []
+    for image in coco["images"]:
+        width, height = image["width"], image["height"]
+        results = [{"id": str(a["id"]), "type": "rectanglelabels", "from_name": "label",
+                    "to_name": "image", "original_width": width, "original_height": height,
+                    "image_rotation": 0,
+                    "value": {"x": 100.0 * a["bbox"][0] / width, "y": 100.0 * a["bbox"][1] / height,
+                              "width": 100.0 * a["bbox"][2] / width,
+                              "height": 100.0 * a["bbox"][3] / height, "rotation": 0,
+                              "rectanglelabels": [names[a["category_id"]]]}}
+                   for a in coco["annotations"] if a["image_id"] == image["id"]]
+        tasks.append({"id": image["id"],
+                      "data": {"image": "/data/local-files/?d=train/" + image["file_name"]},
+                      "annotations": [{"id": image["id"], "result": results}]})
+    config = ('<View><Image name="image" value="$image"/><RectangleLabels name="label" '
+              'toName="image">%s</RectangleLabels></View>'
+              % "".join('<Label value="%s"/>' % name for name in names.values()))
+    os.environ["LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT"] = LABEL_STUDIO_STORAGE
+
+    def export(converter_format):
+        def write(out):
+            os.makedirs(out)
+            tasks_file = os.path.join(out, "tasks.json")
+            with open(tasks_file, "w") as f:
+                json.dump(tasks, f)
+            if converter_format:
+                Converter(config=config, project_dir=out).convert(
+                    tasks_file, out, converter_format, is_dir=False)
+                os.remove(tasks_file)
+            copy_images(source, "train", os.path.join(out, "images"))
+        return write
+
+    return {"json": export(None), "coco": export("COCO"), "voc": export("VOC"),
+            "yolo": export("YOLO"), "csv": export("CSV"), "json_min": export("JSON_MIN")}
+
+
+# FiftyOne: its dataset exporters, the classes `Dataset.export` runs, given the samples of the
+# source's train split (YOLOv5: val, as its plain export of one split writes only that key).
+# They run without FiftyOne's database, which its installer downloads (no network here).
+
+def fiftyone_exports(source):
+    os.environ.setdefault("FIFTYONE_DO_NOT_TRACK", "true")
+    import fiftyone as fo
+    import fiftyone.utils.coco as fouc
+    import fiftyone.utils.kitti as fouk
+    import fiftyone.utils.voc as fouv
+    import fiftyone.utils.yolo as fouy
+
+    names = class_names(source)
+
+    def write(exporter, split):
+        coco = read_coco(source, split)
+        by_id = {c["id"]: c["name"] for c in coco["categories"]}
+        with exporter:
+            for image in coco["images"]:
+                width, height = image["width"], image["height"]
+                detections = [fo.Detection(label=by_id[a["category_id"]], bounding_box=[
+                    a["bbox"][0] / width, a["bbox"][1] / height, a["bbox"][2] / width,
+                    a["bbox"][3] / height]) for a in coco["annotations"]
+                    if a["image_id"] == image["id"]]
+                exporter.export_sample(
+                    os.path.join(coco_paths(source, split)[1], image["file_name"]),
+                    fo.Detections(detections=detections),
+                    metadata=fo.ImageMetadata(width=width, height=height))
+
+    return {  # labels.json and data/; labels/*.xml and data/; dataset.yaml, images/, labels/
+        "coco": lambda out: write(fouc.COCODetectionDatasetExporter(out, classes=names),
+                                  "train"),
+        "voc": lambda out: write(fouv.VOCDetectionDatasetExporter(out), "train"),
+        "yolov5": lambda out: write(fouy.YOLOv5DatasetExporter(out, split="val",
+                                                               classes=names), "val"),
+        "kitti": lambda out: write(fouk.KITTIDetectionDatasetExporter(out), "train"),
+    }
+
+
 LIBRARIES = (
     ("supervision", supervision_exports,
      ("coco", "pascal_voc", "yolo", "labelme", "createml")),
@@ -275,6 +412,10 @@ LIBRARIES = (
      ("coco", "pascal_voc", "yolo_darknet", "yolo_v5", "labelme", "cvat", "openimage",
       "via_json", "txt")),
     ("labelme", labelme_exports, ("json", "json_imagedata")),
+    ("labelformat", labelformat_exports,
+     ("coco", "pascalvoc", "yolov8", "cvat", "kitti", "lightly")),
+    ("label_studio", label_studio_exports, ("json", "coco", "voc", "yolo", "csv", "json_min")),
+    ("fiftyone", fiftyone_exports, ("coco", "voc", "yolov5", "kitti")),
 )
 
 

@@ -184,8 +184,16 @@ def _image_number(image, problems: _SkippedEntries) -> Optional[int]:
 
 
 def image_path(image_dir: str, file_name) -> str:
-    """An image entry's file, its name's Windows separators read as separators."""
-    return os.path.join(image_dir, str(file_name).replace("\\", "/"))
+    """An image entry's file, its name's Windows separators read as separators; a path that is
+    gone (absolute on the labelling machine, or reaching out of the export) is the image of
+    its file name in `image_dir`, where the export put its copy, when that is there."""
+    name = str(file_name).replace("\\", "/")
+    path = os.path.join(image_dir, name)
+    if "://" not in image_dir and not os.path.isfile(path):
+        copy = os.path.join(image_dir, os.path.basename(name))
+        if os.path.isfile(copy):
+            return copy
+    return path
 
 
 # Corner boxes are said to be what a file holds when at least this share of its boxes reach

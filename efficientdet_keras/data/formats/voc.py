@@ -5,7 +5,9 @@ Layouts read:
   <voc_root>/Annotations/<id>.xml         size and objects
   <voc_root>/JPEGImages/<id>.jpg          the image (only its path is recorded)
 or a folder of images with an XML of the same name beside each (Roboflow's, supervision's,
-labelImg's and globox's VOC exports): `voc_folder_pairs`.
+labelImg's and globox's VOC exports), or a folder of XMLs whose images the dataset folder holds
+elsewhere (Label Studio's Annotations/ and images/, FiftyOne's labels/ and data/):
+`voc_folder_pairs`.
 """
 
 import os
@@ -83,12 +85,14 @@ def voc_split_pairs(voc_root: str, split: str) -> List[Tuple[str, str]]:
     return pairs
 
 
-def voc_folder_pairs(folder: str) -> List[Tuple[str, str]]:
-    """(annotation XML, image) of each XML in a folder whose images sit beside their XMLs: the
-    image of the same name, else the XML's <filename> in the folder.
+def voc_folder_pairs(folder: str, index=None) -> List[Tuple[str, str]]:
+    """(annotation XML, image) of each XML in a folder: the image of the same name beside it,
+    else the XML's <filename> in the folder, else (with `index`, the dataset folder's
+    `ImageIndex`) the image its <path> or <filename> names wherever the export put it
+    (Label Studio's images/, FiftyOne's data/).
 
     Raises:
-      FileNotFoundError naming the XML whose image is in neither place.
+      FileNotFoundError naming the XML whose image is in none of these places.
     """
     pairs = []
     for name in sorted(os.listdir(folder)):
@@ -100,11 +104,39 @@ def voc_folder_pairs(folder: str) -> List[Tuple[str, str]]:
                       if os.path.isfile(os.path.join(folder, stem + ext))), None)
         if image is None:
             image = os.path.join(folder, _filename_of(xml_path))
+            if not os.path.isfile(image) and index is not None:
+                image = next(filter(None, (index.resolve(named, folder)
+                                           for named in _named_images(xml_path, stem))), image)
             if not os.path.isfile(image):
                 raise FileNotFoundError("%s: no image beside it (%s.jpg, .png, ...) or named by "
-                                        "its <filename>" % (xml_path, stem))
+                                        "its <filename>%s" % (xml_path, stem, "" if index is None
+                                                             else " under " + index.root))
         pairs.append((xml_path, image))
     return pairs
+
+
+def _named_images(xml_path: str, stem: str) -> List[str]:
+    """What an XML says its image is: <path>, <filename>, then its own name as a JPEG."""
+    try:
+        root = ElementTree.parse(xml_path).getroot()
+    except (OSError, ParseError, ValueError):
+        return [stem + ".jpg"]
+    named = [(root.findtext(tag) or "").strip() for tag in ("path", "filename")]
+    return [n for n in named if n] + [stem + ".jpg"]
+
+
+def is_voc_annotation(xml_path: str) -> bool:
+    """Whether an XML file is a Pascal VOC annotation with boxes: an <annotation> root and a
+    <bndbox> (LabelMe's XML shares the root, with <polygon>s instead); read from its start."""
+    try:
+        with open(xml_path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    start = head.lstrip()
+    if start.startswith(b"<?xml"):
+        start = start[start.find(b"?>") + 2:].lstrip()
+    return start.startswith((b"<annotation>", b"<annotation ")) and b"<bndbox" in head
 
 
 def _filename_of(xml_path: str) -> str:

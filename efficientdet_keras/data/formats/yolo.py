@@ -13,7 +13,7 @@ and label files without their image are skipped with a warning naming the file (
 
 import collections
 import os
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 from absl import logging
@@ -68,7 +68,8 @@ def orphan_label_files(image_paths: Sequence[str]) -> List[str]:
 
 def load_yolo_records(image_paths: Sequence[str], num_classes: int,
                       skipped: Optional[collections.Counter] = None,
-                      start_id: int = 1, keypoint_fields: int = 0) -> List[ImageRecord]:
+                      start_id: int = 1, keypoint_fields: int = 0,
+                      class_ids: Optional[Sequence[int]] = None) -> List[ImageRecord]:
     """Reads images and their YOLO label files into ImageRecords.
 
     Boxes become [ymin, xmin, ymax, xmax] in pixels, class c becomes c + 1 (ids 1..num_classes),
@@ -94,11 +95,16 @@ def load_yolo_records(image_paths: Sequence[str], num_classes: int,
     Args:
       image_paths: the images, e.g. one split of `read_yolo_yaml`.
       num_classes: the number of YOLO class ids (len(names)).
+      class_ids: the YOLO id of each class in order, when they are not 0..num_classes-1
+        (a `names` mapping keyed 1..K, as labelformat writes): class class_ids[i] becomes
+        i + 1, and a line with an id not listed is skipped.
       skipped: a Counter that gains the number of skipped entries per kind.
       start_id: the image id of the first image.
       keypoint_fields: for a pose dataset (data.yaml's kpt_shape [K, dims]), K * dims: each
         line is `class cx cy w h` and that many keypoint values, and its box is read.
     """
+    positions = {int(c): i for i, c in enumerate(
+        range(num_classes) if class_ids is None else class_ids)}
     problems = _Problems()
     records, lines, labelled = [], 0, 0
     for index, image_path in enumerate(image_paths):
@@ -117,7 +123,7 @@ def load_yolo_records(image_paths: Sequence[str], num_classes: int,
                 problems.skip(_BAD_LABEL_FILE, label_path, "skipping it and its image %s (%s)"
                               % (image_path, e))
                 continue
-            objects = _objects(text, label_path, num_classes, problems, keypoint_fields)
+            objects = _objects(text, label_path, positions, problems, keypoint_fields)
             lines += len(text.splitlines())
         records.append(_record(start_id + index, image_path, size, objects))
     for label_path, image_folder in _orphans(image_paths):
@@ -189,9 +195,16 @@ def _stored_size_and_orientation(image_path: str,
         return None
 
 
-def _objects(text: str, label_path: str, num_classes: int, problems: _Problems,
+def _id_range(positions: Dict[int, int]) -> str:
+    ids = sorted(positions)
+    if ids == list(range(ids[0], ids[-1] + 1)):
+        return "%d..%d" % (ids[0], ids[-1])
+    return ", ".join(map(str, ids))
+
+
+def _objects(text: str, label_path: str, positions: Dict[int, int], problems: _Problems,
              keypoint_fields: int = 0) -> List[Tuple[int, np.ndarray]]:
-    """(class id 0..num_classes-1, [x1, y1, x2, y2] normalised) of each good line; a pose
+    """(class position 0..K-1, [x1, y1, x2, y2] normalised) of each good line; a pose
     line's keypoint values (keypoint_fields of them) are left out."""
     objects = []
     for number, line in enumerate(text.splitlines(), start=1):
@@ -222,10 +235,11 @@ def _objects(text: str, label_path: str, num_classes: int, problems: _Problems,
             skip(_NOT_A_NUMBER, "every field must be a number")
             continue
         class_id = values[0]
-        if class_id != int(class_id) or not 0 <= class_id < num_classes:
-            skip(_CLASS_RANGE, "class %s; the dataset's class ids are 0..%d"
-                 % (fields[0], num_classes - 1))
+        if class_id != int(class_id) or int(class_id) not in positions:
+            skip(_CLASS_RANGE, "class %s; the dataset's class ids are %s"
+                 % (fields[0], _id_range(positions)))
             continue
+        class_id = positions[int(class_id)]
         if polygon:
             points = values[1:].reshape(-1, 2)
         else:

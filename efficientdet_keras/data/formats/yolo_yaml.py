@@ -10,7 +10,7 @@ Layout read (the one Ultralytics and Roboflow's "YOLOv5/v8" exports write):
 
 import dataclasses
 import os
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 from absl import logging
 
@@ -25,7 +25,9 @@ class YoloDataset:
     """What a data.yaml describes.
 
     splits: {"train": [image paths], "val": [...], "test": [...]}, the splits the file names.
-    names: the class names, indexed by YOLO class id (0-based); model class id = index + 1.
+    names: the class names in YOLO class id order; model class id = index + 1.
+    class_ids: the YOLO class id of each name when they are not 0..K-1 (a `names` mapping
+      keyed 1..K, as labelformat writes), else None.
     keypoint_fields: the values after a pose label's box (K * 2 or K * 3 of `kpt_shape`);
       0 for detection labels.
     """
@@ -34,6 +36,7 @@ class YoloDataset:
     splits: Dict[str, List[str]]
     names: List[str]
     keypoint_fields: int = 0
+    class_ids: Optional[List[int]] = None
 
 
 def read_yolo_yaml(path: str) -> YoloDataset:
@@ -44,7 +47,9 @@ def read_yolo_yaml(path: str) -> YoloDataset:
     file listing image paths one per line (relative paths are relative to the root), or a list
     of these. As Ultralytics does for Roboflow's exports (`train: ../train/images` beside a
     data.yaml in the dataset folder), a "../" path that does not exist is tried without it.
-    `names` is a list or a {0: name, 1: ...} dict; `nc`, when given, must equal its length.
+    `names` is a list or a {id: name} dict (ids 0..K-1 as Ultralytics numbers them, or any
+    other whole numbers the label files use); `nc`, when given, must equal its length. A file
+    with only val or test images (an evaluation set) has no train split.
 
     A test split whose folder does not exist is left out with a warning.
 
@@ -64,11 +69,12 @@ def read_yolo_yaml(path: str) -> YoloDataset:
     if not isinstance(data, dict):
         raise ValueError("%s: expected a mapping with train, val and names keys" % path)
     root = _root(path, data.get("path"))
-    names = _names(path, data)
+    names, class_ids = _names(path, data)
     sources = _split_keys(path, data) or _split_folders(root)
-    if "train" not in sources:
-        raise ValueError("%s: no 'train' key (a folder of images, a .txt list of them, or a "
-                         "list of these), nor train/images/ or images/train/ beside it" % path)
+    if not sources:
+        raise ValueError("%s: no 'train', 'val' or 'test' key (a folder of images, a .txt list "
+                         "of them, or a list of these), nor train/images/ or images/train/ "
+                         "beside it" % path)
     splits = {}
     for split in _SPLIT_KEYS:
         if split not in sources:
@@ -81,7 +87,7 @@ def read_yolo_yaml(path: str) -> YoloDataset:
                 raise
             # Exports write a test line even when they hold no test images; it is not needed.
             logging.warning("%s; reading the dataset without its test split", e)
-    return YoloDataset(path, root, splits, names, _keypoint_fields(path, data))
+    return YoloDataset(path, root, splits, names, _keypoint_fields(path, data), class_ids)
 
 
 def _keypoint_fields(yaml_path: str, data: dict) -> int:
@@ -146,17 +152,22 @@ def _root(yaml_path: str, value) -> str:
     return root
 
 
-def _names(yaml_path: str, data: dict) -> List[str]:
-    names = data.get("names")
+def _names(yaml_path: str, data: dict) -> Tuple[List[str], Optional[List[int]]]:
+    """The class names in id order, and their ids when they are not 0..K-1."""
+    names, class_ids = data.get("names"), None
     if isinstance(names, dict):
         try:
-            by_id = {int(k): str(v) for k, v in names.items()}
+            by_id = {int(k): str(v) for k, v in names.items()
+                     if not isinstance(k, bool) and int(k) == k and int(k) >= 0}
         except (TypeError, ValueError):
-            raise ValueError("%s: 'names' keys must be class ids 0, 1, ..." % yaml_path) from None
-        if sorted(by_id) != list(range(len(by_id))):
-            raise ValueError("%s: 'names' must number the classes 0..%d without gaps, got ids %s"
-                             % (yaml_path, len(by_id) - 1, sorted(by_id)))
-        names = [by_id[i] for i in range(len(by_id))]
+            by_id = {}
+        if len(by_id) != len(names):
+            raise ValueError("%s: 'names' keys must be class ids, whole numbers from 0, not %s"
+                             % (yaml_path, ", ".join(repr(k) for k in names)))
+        ids = sorted(by_id)
+        names = [by_id[i] for i in ids]
+        if ids != list(range(len(ids))):
+            class_ids = ids
     elif isinstance(names, (list, tuple)):
         names = [str(name) for name in names]
     else:
@@ -167,7 +178,7 @@ def _names(yaml_path: str, data: dict) -> List[str]:
     nc = data.get("nc")
     if nc is not None and (isinstance(nc, bool) or nc != len(names)):
         raise ValueError("%s: 'nc' is %r but 'names' has %d classes" % (yaml_path, nc, len(names)))
-    return names
+    return names, class_ids
 
 
 def _split_images(yaml_path: str, root: str, key: str, value) -> List[str]:
