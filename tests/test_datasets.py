@@ -157,6 +157,55 @@ def test_coco_images_are_found_by_file_name_below_the_dataset_never_above_it(tmp
         open_dataset(str(root)).split("train").records
 
 
+def test_kitti_labels_read_their_boxes_and_leave_dont_care_regions_out(tmp_path, caplog):
+    """KITTI's own layout, training/label_2 and training/image_2: pixel corners from fields
+    5-8 of each line; DontCare regions said in one note, a malformed line in a warning."""
+    root = tmp_path / "kitti"
+    boxes = {}
+    for i in range(2):
+        name = "%06d" % i
+        box = dataset_layouts._image(str(root / "training" / "image_2"), name + ".png", i)
+        boxes[name + ".png"] = [(NAMES[i], box)]
+        ymin, xmin, ymax, xmax = box
+        lines = ["%s 0.00 0 -1.57 %.2f %.2f %.2f %.2f 1.5 1.6 3.7 -1.0 1.8 13.0 -1.6"
+                 % (NAMES[i], xmin, ymin, xmax, ymax),
+                 "DontCare -1 -1 -10 1.0 2.0 5.0 6.0 -1 -1 -1 -1000 -1000 -1000 -10"]
+        if i == 1:
+            lines.append("widget 1 2 3")
+        os.makedirs(root / "training" / "label_2", exist_ok=True)
+        (root / "training" / "label_2" / (name + ".txt")).write_text("\n".join(lines) + "\n")
+    dataset = open_dataset(str(root))
+    assert dataset.format == "kitti" and list(dataset.splits) == ["train"]
+    with caplog.at_level("WARNING"):
+        records = dataset.split("train").records
+    assert "000001.txt:3: not a KITTI object" in caplog.text
+    assert {k: [(n, [round(v) for v in b]) for n, b in v]
+            for k, v in boxes_by_file(records, dataset.classes.names).items()} == \
+        {k: [(n, [round(v) for v in b]) for n, b in v] for k, v in boxes.items()}
+    assert "2 DontCare regions left out" in dataset.describe()
+
+
+def test_label_studio_rectangles_in_percent_turned_about_their_corner(tmp_path):
+    """Label Studio's JSON: an upload's name, its prefix aside, finds the image; a rectangle
+    turned 90 degrees clockwise about its top-left corner is the box around it."""
+    from PIL import Image
+    os.makedirs(tmp_path / "images")
+    Image.new("RGB", (200, 100)).save(tmp_path / "images" / "cat.jpg")
+    rectangle = {"x": 50, "y": 10, "width": 10, "height": 40, "rotation": 90,
+                 "rectanglelabels": ["cat"]}
+    tasks = [{"id": 7, "data": {"image": "/data/upload/3/0a1b2c3d-cat.jpg"}, "annotations": [
+        {"was_cancelled": True, "result": []},
+        {"result": [{"type": "rectanglelabels", "value": rectangle, "original_width": 200,
+                     "original_height": 100}]}]}]
+    (tmp_path / "project-3.json").write_text(json.dumps(tasks))
+    dataset = open_dataset(str(tmp_path))
+    assert dataset.format == "label_studio"
+    (record,) = dataset.split("train").records
+    assert record.path == str(tmp_path / "images" / "cat.jpg")
+    # Corner (100, 10); width 20 px turns downwards, height 40 px turns to the left.
+    np.testing.assert_allclose(record.boxes, [[10, 60, 30, 100]], atol=1e-4)
+
+
 def test_splits_whose_categories_differ_are_an_error(tmp_path):
     dataset_layouts.write_coco_folder(str(tmp_path))
     val = tmp_path / "annotations" / "instances_val.json"

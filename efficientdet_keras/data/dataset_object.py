@@ -14,7 +14,8 @@ FORMAT_NAMES = {"yolo": "YOLO (Ultralytics data.yaml)", "roboflow": "COCO JSON (
                 "voc": "Pascal VOC", "coco": "COCO JSON", "tfrecord": "TFRecord",
                 "labelme": "LabelMe JSON", "csv": "CSV (TensorFlow Object Detection)",
                 "cvat": "CVAT for images XML", "automl_csv": "CSV (AutoML Vision)",
-                "open_images": "Open Images CSV"}
+                "open_images": "Open Images CSV", "kitti": "KITTI",
+                "label_studio": "Label Studio JSON"}
 
 
 class DataSplit:

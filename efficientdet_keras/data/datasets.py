@@ -10,6 +10,7 @@ Layouts found, in this order, for a folder:
   yolo      an Ultralytics data.yaml (or another .yaml with `names`) in the folder; or
             Darknet's obj.data (CVAT's YOLO 1.1), or images with their label files beside them
             and classes.txt or obj.names (labelImg's), in split folders or in the folder
+            (without any names file, the classes are named by their ids, with a note)
   roboflow  train/ valid/ test/ folders, each with _annotations.coco.json beside its images
   voc       Annotations/, JPEGImages/ and ImageSets/Main/<split>.txt (a VOC year folder)
   cvat      CVAT for images XML (<annotations> root) in the folder or annotations/, split by
@@ -21,6 +22,10 @@ Layouts found, in this order, for a folder:
             Roboflow's _annotations.csv), in split folders, or split by file name
   automl_csv  AutoML Vision's CSV (TRAIN/VALIDATION/TEST first, fractions, gs:// images)
   open_images <split>-annotations-bbox.csv with the class descriptions CSV
+  label_studio  Label Studio's JSON or JSON-MIN export (a list of tasks) in the folder, the
+            images found by the names the tasks give
+  kitti     KITTI label files (a class name and 14 numbers a line) in a folder below, split
+            by its path (train/label_2/), the images found by the files' names
   tfrecord  *.tfrecord files, split by name (train / val / test in the file name), with
             label_map.json, .yaml or .pbtxt beside them for the class names and, when there,
             a COCO JSON per split (pets-val.json) as evaluation's ground truth
@@ -43,7 +48,8 @@ from efficientdet_keras.data.layouts import (coco_dataset, named_boxes_dataset,
                                              tfrecord_dataset, voc_dataset, voc_folder_dataset,
                                              yolo_dataset)
 from efficientdet_keras.data.named_box_layouts import cvat_layout, named_boxes_layout
-from efficientdet_keras.data.split_names import split_folders, split_name
+from efficientdet_keras.data.split_names import (split_folders, split_folders_below,
+                                                  split_name)
 
 ROBOFLOW_ANNOTATIONS = "_annotations.coco.json"
 
@@ -94,11 +100,15 @@ def open_dataset(path: str, voc_origin: Optional[int] = None) -> Dataset:
         sorted(glob.glob(os.path.join(glob.escape(path), "*.json")))
     if jsons:
         return coco_dataset(path, _coco_splits(jsons), "coco")
+    unnamed = _unnamed_yolo_folder(path)
+    if unnamed:
+        return unnamed
     raise ValueError("%s holds no dataset this package reads: looked for a YOLO data.yaml "
                      "(or Darknet's obj.data, or classes.txt with labels), Roboflow's train/%s, "
                      "VOC's Annotations/ and ImageSets/Main/ or its XMLs beside the images, CVAT "
                      "XML, LabelMe JSON, the Object Detection, AutoML Vision or Open Images CSVs, "
-                     "COCO JSON (annotations/*.json or *.json) and *.tfrecord files"
+                     "Label Studio JSON, KITTI labels, COCO JSON (annotations/*.json or *.json) and *.tfrecord "
+                     "files"
                      % (path, ROBOFLOW_ANNOTATIONS))
 
 
@@ -164,18 +174,9 @@ def _voc_xml_folders(path: str) -> Dict[str, str]:
         folders["train"] = path
     if folders:
         return folders
-    for folder, subfolders, files in os.walk(path):
-        subfolders[:] = sorted(d for d in subfolders if not d.startswith(".")) \
-            if folder.count(os.sep) - path.count(os.sep) < 2 else []
-        xmls = sorted(f for f in files if f.lower().endswith(".xml"))
-        if any(is_voc_annotation(os.path.join(folder, x)) for x in xmls[:10]):
-            words = os.path.relpath(folder, path).split(os.sep)
-            split = next(filter(None, map(split_name, reversed(words))), "train")
-            if split in folders:
-                raise ValueError("%s and %s both hold %s annotations; open one of them"
-                                 % (folders[split], folder, split))
-            folders[split] = folder
-    return folders
+    return split_folders_below(path, lambda folder, files: any(
+        is_voc_annotation(os.path.join(folder, f))
+        for f in sorted(f for f in files if f.lower().endswith(".xml"))[:10]))
 
 
 def _darknet_or_labelled_folder(path: str):
@@ -191,6 +192,19 @@ def _darknet_or_labelled_folder(path: str):
     if names_file is None:
         return None
     return read_labelled_folder(path, names_file, folders)
+
+
+def _unnamed_yolo_folder(path: str) -> Optional[Dataset]:
+    """Images with YOLO label files and nothing that names the classes: named by their ids,
+    and one note that says where the names would go."""
+    from efficientdet_keras.data.formats.yolo_darknet import CLASS_FILES, unnamed_labelled_folder
+    layout = unnamed_labelled_folder(path, split_folders(path))
+    if layout is None:
+        return None
+    note = ("no %s or data.yaml names the classes: they are named by their ids 0..%d; put %s "
+            "(a name a line, in id order) in %s to name them"
+            % (" or ".join(CLASS_FILES), len(layout.names) - 1, CLASS_FILES[0], path))
+    return yolo_dataset(path, layout, [note])
 
 
 def _yolo_yaml(folder: str) -> Optional[str]:

@@ -23,13 +23,25 @@ class ImageIndex:
     def __init__(self, root: str):
         self.root = os.path.abspath(root)
         self._by_name: Optional[Dict[str, List[str]]] = None
+        self._by_stem: Dict[str, List[str]] = {}
 
     def paths(self, name: str) -> List[str]:
         """The images under the root whose file name is `name`'s last part, nearest first."""
-        if self._by_name is None:
-            self._by_name = _list_images(self.root)
+        self._list()
         base = os.path.basename(str(name).replace("\\", "/"))
         return self._by_name.get(base, [])
+
+    def image_for_stem(self, stem: str, near: str) -> Optional[str]:
+        """The image named `stem` with any image extension (the layouts whose label files
+        name their image only by their own name: KITTI), the one nearest `near` first."""
+        self._list()
+        return _nearest(self._by_stem.get(stem, []), near)
+
+    def _list(self):
+        if self._by_name is None:
+            self._by_name = _list_images(self.root)
+            for name, paths in self._by_name.items():
+                self._by_stem.setdefault(os.path.splitext(name)[0], []).extend(paths)
 
     def folder_holding(self, names: Iterable[str]) -> Optional[str]:
         """The folder that holds the most of `names` (by file name), None when none does."""
@@ -48,11 +60,15 @@ class ImageIndex:
         path = os.path.join(near, str(named).replace("\\", "/"))
         if os.path.isfile(path):
             return path
-        candidates = self.paths(named)
-        if not candidates:
-            return None
-        near = os.path.abspath(near)
-        return max(candidates, key=lambda p: len(os.path.commonpath([p, near])))
+        return _nearest(self.paths(named), near)
+
+
+def _nearest(candidates: List[str], near: str) -> Optional[str]:
+    """The candidate sharing the longest folder path with `near` (the first of equals)."""
+    if not candidates:
+        return None
+    near = os.path.abspath(near)
+    return max(candidates, key=lambda p: len(os.path.commonpath([p, near])))
 
 
 def _list_images(root: str) -> Dict[str, List[str]]:

@@ -125,9 +125,9 @@ def _within(path: str, folder: str) -> bool:
 
 # --- YOLO -----------------------------------------------------------------------------------
 
-def yolo_dataset(yaml_file: str, layout=None) -> Dataset:
+def yolo_dataset(yaml_file: str, layout=None, notes: Sequence[str] = ()) -> Dataset:
     """An Ultralytics data.yaml with its images/ and labels/ (see `data.formats.yolo`), or the
-    YoloDataset `layout` read from another file (`data.formats.yolo_darknet`)."""
+    YoloDataset `layout` read from another file or folder (`data.formats.yolo_darknet`)."""
     from efficientdet_keras.data.formats.yolo import load_yolo_records
     from efficientdet_keras.data.formats.yolo_yaml import read_yolo_yaml
     layout = layout or read_yolo_yaml(yaml_file)
@@ -149,7 +149,7 @@ def yolo_dataset(yaml_file: str, layout=None) -> Dataset:
         split = split_name(name) or name
         splits[split] = DataSplit(split, "%s: %s" % (os.path.basename(yaml_file), name),
                                   loader(image_paths))
-    return Dataset(yaml_file, "yolo", classes, splits, skipped)
+    return Dataset(yaml_file, "yolo", classes, splits, skipped, list(notes))
 
 
 # --- Pascal VOC -----------------------------------------------------------------------------

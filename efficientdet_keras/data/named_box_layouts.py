@@ -1,5 +1,6 @@
 """Finding the layouts whose boxes carry class names in a folder, and their splits: CVAT XML,
-LabelMe JSON, the TensorFlow Object Detection CSV, the AutoML Vision CSV and Open Images.
+LabelMe JSON, the TensorFlow Object Detection CSV, the AutoML Vision CSV, Open Images, Label
+Studio's JSON and KITTI.
 
 Each finder returns (format, {split: (location, [NamedBoxes])}, class order or None, notes)
 for `layouts.named_boxes_dataset`, or None when the folder does not hold its layout.
@@ -10,7 +11,8 @@ import os
 from typing import Dict, List, Optional, Tuple
 
 from efficientdet_keras.data.formats.named_boxes import NamedBoxes
-from efficientdet_keras.data.split_names import split_folders, split_name
+from efficientdet_keras.data.split_names import (split_folders, split_folders_below,
+                                                  split_name)
 
 Layout = Tuple[str, Dict[str, Tuple[str, List[NamedBoxes]]], Optional[List[str]], List[str]]
 
@@ -47,9 +49,10 @@ def cvat_layout(path: str) -> Optional[Layout]:
 
 def named_boxes_layout(path: str) -> Optional[Layout]:
     """LabelMe JSON or the TensorFlow Object Detection CSV in split folders or in the folder
-    itself (as train; CSVs also split by file name), an AutoML Vision CSV, or Open Images
-    box files."""
-    return _labelme_or_box_csv(path) or _automl(path) or _open_images(path)
+    itself (as train; CSVs also split by file name), an AutoML Vision CSV, Open Images box
+    files, Label Studio's JSON exports, or folders of KITTI label files."""
+    return _labelme_or_box_csv(path) or _automl(path) or _open_images(path) or \
+        _label_studio(path) or _kitti(path)
 
 
 def _labelme_or_box_csv(path: str) -> Optional[Layout]:
@@ -108,3 +111,65 @@ def _open_images(path: str) -> Optional[Layout]:
     notes = ["no class descriptions CSV: the classes are named by their Open Images label "
              "ids"] if label_ids else []
     return "open_images", splits, None, notes
+
+
+def _kitti(path: str) -> Optional[Layout]:
+    """Folders of KITTI label files below the dataset folder, split by their paths
+    (datumaro's train/label_2/), their images found by name in the dataset folder."""
+    from efficientdet_keras.data.formats.kitti import is_kitti_folder, read_kitti_folder
+    from efficientdet_keras.data.image_index import ImageIndex
+    folders = split_folders_below(path, lambda folder, files: any(
+        f.lower().endswith(".txt") for f in files) and is_kitti_folder(folder), depth=3)
+    if not folders:
+        return None
+    index = ImageIndex(path)
+    splits: Dict[str, Tuple[str, List[NamedBoxes]]] = {}
+    dont_care = 0
+    for split, folder in folders.items():
+        images, regions = read_kitti_folder(folder, index)
+        splits[split] = (folder, images)
+        dont_care += regions
+    notes = ["%d DontCare regions left out: KITTI marks unlabelled areas with them, not "
+             "objects" % dont_care] if dont_care else []
+    return "kitti", splits, None, notes
+
+
+def _label_studio(path: str) -> Optional[Layout]:
+    """Label Studio JSON or JSON-MIN exports in the folder, split by their file names (one
+    file without a split word is train), their images found by name in the dataset folder."""
+    import json
+    from efficientdet_keras.data.formats.label_studio import (is_label_studio_export,
+                                                              read_label_studio_export,
+                                                              starts_a_list)
+    from efficientdet_keras.data.image_index import ImageIndex
+    exports = {}
+    for json_file in sorted(glob.glob(os.path.join(glob.escape(path), "*.json"))):
+        if not starts_a_list(json_file):
+            continue
+        try:
+            with open(json_file, encoding="utf-8-sig") as f:
+                data = json.load(f)
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+        if is_label_studio_export(data):
+            exports[json_file] = data
+    if not exports:
+        return None
+    index = ImageIndex(path)
+    splits: Dict[str, Tuple[str, List[NamedBoxes]]] = {}
+    left_out = 0
+    for json_file, data in exports.items():
+        split = split_name(os.path.splitext(os.path.basename(json_file))[0]) or (
+            "train" if len(exports) == 1 else None)
+        if split is None:
+            raise ValueError("%s: Label Studio exports %s; name each after its split (train, "
+                             "val, test)" % (path, ", ".join(map(os.path.basename, exports))))
+        if split in splits:
+            raise ValueError("%s and %s are both the %s split" % (splits[split][0], json_file,
+                                                                 split))
+        images, missing = read_label_studio_export(json_file, data, index)
+        splits[split] = (json_file, images)
+        left_out += missing
+    notes = ["%d tasks left out: their images are not in the dataset folder (see the "
+             "warnings)" % left_out] if left_out else []
+    return "label_studio", splits, None, notes

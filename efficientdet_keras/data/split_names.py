@@ -3,7 +3,7 @@ wrote the dataset called it (Roboflow's "valid", COCO's "val2017", "trainval", .
 
 import os
 import re
-from typing import Dict, Optional
+from typing import Callable, Dict, List, Optional
 
 SPLITS = ("train", "val", "test")
 # The names tools give their splits' folders and files, and the split each one is.
@@ -33,3 +33,30 @@ def split_folders(path: str) -> Dict[str, str]:
         if split and split not in folders and os.path.isdir(os.path.join(path, name)):
             folders[split] = os.path.join(path, name)
     return folders
+
+
+def split_folders_below(path: str, holds: Callable[[str, List[str]], bool],
+                        depth: int = 2) -> Dict[str, str]:
+    """{split: folder} of the folders below `path` (itself included, `depth` levels down) for
+    which holds(folder, its file names) is true: a layout's annotations in a folder of their
+    own (Annotations/, labels/, train/label_2/). A folder's split is the last split word of its
+    path below `path` (train/label_2 is train), else train.
+
+    Raises:
+      ValueError naming both folders when two hold one split.
+    """
+    found: Dict[str, str] = {}
+    for folder, subfolders, files in os.walk(path):
+        below = os.path.relpath(folder, path)
+        level = 0 if below == os.curdir else below.count(os.sep) + 1
+        subfolders[:] = sorted(d for d in subfolders if not d.startswith(".")) \
+            if level < depth else []
+        if not holds(folder, files):
+            continue
+        words = [] if below == os.curdir else below.split(os.sep)
+        split = next(filter(None, map(split_name, reversed(words))), "train")
+        if split in found:
+            raise ValueError("%s and %s both hold %s annotations; open one of them"
+                             % (found[split], folder, split))
+        found[split] = folder
+    return found

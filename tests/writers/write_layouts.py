@@ -182,6 +182,12 @@ def globox_exports(source):
         with open(os.path.join(out, "classes.txt"), "w") as f:
             f.write("".join(name + "\n" for name in names))
 
+    def yolo_darknet_bare(out):  # the same as globox writes it: no file names the classes
+        for split in SPLITS:
+            folder = os.path.join(out, split)
+            copy_images(source, split, folder)
+            load(split).save_yolo_darknet(folder, label_to_id=label_to_id)
+
     def yolo_v5(out):  # images/{train,val}, labels/{train,val}; data.yaml (this script's)
         for split in SPLITS:
             copy_images(source, split, os.path.join(out, "images", split))
@@ -224,7 +230,7 @@ def globox_exports(source):
             load(split).save_txt(folder)
 
     return {"coco": coco, "pascal_voc": pascal_voc, "yolo_darknet": yolo_darknet,
-            "yolo_v5": yolo_v5, "labelme": labelme, "cvat": cvat, "openimage": openimage,
+            "yolo_darknet_bare": yolo_darknet_bare, "yolo_v5": yolo_v5, "labelme": labelme, "cvat": cvat, "openimage": openimage,
             "via_json": via_json, "txt": txt}
 
 
@@ -409,8 +415,8 @@ LIBRARIES = (
      ("coco", "pascal_voc", "yolo", "labelme", "createml")),
     ("datumaro", datumaro_exports, DATUMARO_FORMATS),
     ("globox", globox_exports,
-     ("coco", "pascal_voc", "yolo_darknet", "yolo_v5", "labelme", "cvat", "openimage",
-      "via_json", "txt")),
+     ("coco", "pascal_voc", "yolo_darknet", "yolo_darknet_bare", "yolo_v5", "labelme", "cvat",
+      "openimage", "via_json", "txt")),
     ("labelme", labelme_exports, ("json", "json_imagedata")),
     ("labelformat", labelformat_exports,
      ("coco", "pascalvoc", "yolov8", "cvat", "kitti", "lightly")),

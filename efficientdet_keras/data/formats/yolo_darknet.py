@@ -84,6 +84,46 @@ def read_labelled_folder(folder: str, names_file: str,
     return YoloDataset(names_file, folder, splits, read_names(names_file))
 
 
+def unnamed_labelled_folder(folder: str, split_folders: Dict[str, str]) -> Optional[YoloDataset]:
+    """Images with YOLO label files (`label_path_for`: beside them, or in labels/ for images/)
+    but no file that names the classes (globox's YOLO exports write none): the classes are
+    named by their ids, 0 to the largest id the label files use. None when the folder holds
+    no YOLO label file (a label line is `class cx cy w h` or a polygon, all numbers)."""
+    from efficientdet_keras.data.formats.yolo import label_path_for
+    splits = {split: images_in(path) for split, path in split_folders.items()} or \
+        {"train": images_in(folder)}
+    label_files = [label_path_for(image) for images in splits.values() for image in images]
+    label_files = [f for f in label_files if os.path.isfile(f)]
+    largest = -1
+    for label_file in label_files:
+        ids = _yolo_class_ids(label_file)
+        if ids is None:
+            return None
+        largest = max([largest] + ids)
+    if largest < 0:
+        return None
+    return YoloDataset(folder, folder, {split: images for split, images in splits.items()
+                                        if images}, [str(i) for i in range(largest + 1)])
+
+
+def _yolo_class_ids(label_file: str) -> Optional[List[int]]:
+    """The class ids of a YOLO label file's lines; None when a line is not a YOLO label."""
+    ids = []
+    try:
+        with open(label_file, encoding="utf-8-sig") as f:
+            for line in f:
+                fields = line.split()
+                if not fields:
+                    continue
+                values = [float(v) for v in fields]
+                if len(fields) < 5 or values[0] != int(values[0]) or values[0] < 0:
+                    return None
+                ids.append(int(values[0]))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return ids
+
+
 def read_names(path: str) -> List[str]:
     """The class names of a classes.txt or obj.names, one a line.
 
