@@ -206,6 +206,30 @@ def test_label_studio_rectangles_in_percent_turned_about_their_corner(tmp_path):
     np.testing.assert_allclose(record.boxes, [[10, 60, 30, 100]], atol=1e-4)
 
 
+def test_via_project_regions_are_boxes_of_their_class_attribute(tmp_path, caplog):
+    """A VIA project ("Save project"): a polygon and an ellipse are the boxes around them, the
+    class is the attribute named class beside another; a region without one is named."""
+    from PIL import Image
+    Image.new("RGB", (120, 80)).save(tmp_path / "a.jpg")
+    regions = [
+        {"shape_attributes": {"name": "polygon", "all_points_x": [10, 40, 25],
+                              "all_points_y": [5, 8, 30]},
+         "region_attributes": {"class": "cat", "colour": "black"}},
+        {"shape_attributes": {"name": "ellipse", "cx": 60, "cy": 40, "rx": 20, "ry": 10},
+         "region_attributes": {"class": "dog", "colour": "brown"}},
+        {"shape_attributes": {"name": "rect", "x": 1, "y": 2, "width": 3, "height": 4},
+         "region_attributes": {}}]
+    project = {"_via_settings": {}, "_via_img_metadata": {
+        "a.jpg1234": {"filename": "a.jpg", "size": 1234, "regions": regions}}}
+    (tmp_path / "via_project.json").write_text(json.dumps(project))
+    dataset = open_dataset(str(tmp_path))
+    assert dataset.format == "via" and list(dataset.splits) == ["train"]
+    assert "a region without a class attribute" in caplog.text
+    (record,) = dataset.split("train").records
+    assert boxes_by_file([record], dataset.classes.names) == {
+        "a.jpg": [("cat", [5, 10, 30, 40]), ("dog", [30, 40, 50, 80])]}
+
+
 def test_splits_whose_categories_differ_are_an_error(tmp_path):
     dataset_layouts.write_coco_folder(str(tmp_path))
     val = tmp_path / "annotations" / "instances_val.json"

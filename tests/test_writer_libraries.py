@@ -40,6 +40,7 @@ READ = {
     "datumaro-kitti": "kitti", "datumaro-kitti_detection": "kitti", "labelformat-kitti": "kitti",
     "fiftyone-kitti": "kitti", "globox-yolo_darknet_bare": "yolo",
     "label_studio-json": "label_studio", "label_studio-json_min": "label_studio",
+    "supervision-createml": "createml", "globox-via_json": "via",
 }
 # Exports without the class names (globox's YOLO writes no classes.txt): the classes are
 # named by their ids, the source's classes in category id order.
@@ -56,11 +57,10 @@ ONE_SPLIT = {"label_studio-json": "train", "label_studio-json_min": "train",
 NOT_READ = {
     "datumaro-datumaro": "is datumaro's own format",
     **{name: "holds no dataset this package reads" for name in (
-        "supervision-createml", "datumaro-datumaro_binary", "datumaro-arrow",
+        "datumaro-datumaro_binary", "datumaro-arrow",
         "datumaro-label_me",
         "datumaro-mot_seq_gt", "datumaro-wider_face", "datumaro-ava",
-        "datumaro-icdar_text_localization", "datumaro-mvtec_detection", "globox-via_json",
-        "globox-txt", "labelformat-lightly", "label_studio-csv")},
+        "datumaro-icdar_text_localization", "datumaro-mvtec_detection", "globox-txt", "labelformat-lightly", "label_studio-csv")},
 }
 # datumaro registers its TFRecord exporter only where TensorFlow is installed, and the
 # writers' environment has none (TFRecords are read as efficientdet-create-tfrecord writes).

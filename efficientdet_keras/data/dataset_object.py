@@ -15,7 +15,8 @@ FORMAT_NAMES = {"yolo": "YOLO (Ultralytics data.yaml)", "roboflow": "COCO JSON (
                 "labelme": "LabelMe JSON", "csv": "CSV (TensorFlow Object Detection)",
                 "cvat": "CVAT for images XML", "automl_csv": "CSV (AutoML Vision)",
                 "open_images": "Open Images CSV", "kitti": "KITTI",
-                "label_studio": "Label Studio JSON"}
+                "label_studio": "Label Studio JSON", "createml": "CreateML JSON",
+                "via": "VIA JSON"}
 
 
 class DataSplit:

@@ -22,8 +22,9 @@ Layouts found, in this order, for a folder:
             Roboflow's _annotations.csv), in split folders, or split by file name
   automl_csv  AutoML Vision's CSV (TRAIN/VALIDATION/TEST first, fractions, gs:// images)
   open_images <split>-annotations-bbox.csv with the class descriptions CSV
-  label_studio  Label Studio's JSON or JSON-MIN export (a list of tasks) in the folder, the
-            images found by the names the tasks give
+  label_studio  Label Studio's JSON or JSON-MIN export (a list of tasks), CreateML JSON or
+  createml  VIA JSON, a file per split in split folders or in the folder, the images found by
+  via       the names the files give
   kitti     KITTI label files (a class name and 14 numbers a line) in a folder below, split
             by its path (train/label_2/), the images found by the files' names
   tfrecord  *.tfrecord files, split by name (train / val / test in the file name), with
@@ -107,8 +108,8 @@ def open_dataset(path: str, voc_origin: Optional[int] = None) -> Dataset:
                      "(or Darknet's obj.data, or classes.txt with labels), Roboflow's train/%s, "
                      "VOC's Annotations/ and ImageSets/Main/ or its XMLs beside the images, CVAT "
                      "XML, LabelMe JSON, the Object Detection, AutoML Vision or Open Images CSVs, "
-                     "Label Studio JSON, KITTI labels, COCO JSON (annotations/*.json or *.json) and *.tfrecord "
-                     "files"
+                     "Label Studio, CreateML or VIA JSON, KITTI labels, COCO JSON "
+                     "(annotations/*.json or *.json) and *.tfrecord files"
                      % (path, ROBOFLOW_ANNOTATIONS))
 
 

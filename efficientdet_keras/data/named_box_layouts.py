@@ -1,6 +1,6 @@
 """Finding the layouts whose boxes carry class names in a folder, and their splits: CVAT XML,
 LabelMe JSON, the TensorFlow Object Detection CSV, the AutoML Vision CSV, Open Images, Label
-Studio's JSON and KITTI.
+Studio's JSON, CreateML, VIA and KITTI.
 
 Each finder returns (format, {split: (location, [NamedBoxes])}, class order or None, notes)
 for `layouts.named_boxes_dataset`, or None when the folder does not hold its layout.
@@ -50,9 +50,9 @@ def cvat_layout(path: str) -> Optional[Layout]:
 def named_boxes_layout(path: str) -> Optional[Layout]:
     """LabelMe JSON or the TensorFlow Object Detection CSV in split folders or in the folder
     itself (as train; CSVs also split by file name), an AutoML Vision CSV, Open Images box
-    files, Label Studio's JSON exports, or folders of KITTI label files."""
+    files, Label Studio's, CreateML and VIA JSON, or folders of KITTI label files."""
     return _labelme_or_box_csv(path) or _automl(path) or _open_images(path) or \
-        _label_studio(path) or _kitti(path)
+        _json_exports(path) or _kitti(path)
 
 
 def _labelme_or_box_csv(path: str) -> Optional[Layout]:
@@ -134,42 +134,74 @@ def _kitti(path: str) -> Optional[Layout]:
     return "kitti", splits, None, notes
 
 
-def _label_studio(path: str) -> Optional[Layout]:
-    """Label Studio JSON or JSON-MIN exports in the folder, split by their file names (one
-    file without a split word is train), their images found by name in the dataset folder."""
-    import json
-    from efficientdet_keras.data.formats.label_studio import (is_label_studio_export,
-                                                              read_label_studio_export,
-                                                              starts_a_list)
+def _json_exports(path: str) -> Optional[Layout]:
+    """A split per JSON file, in split folders or in the folder (split by the file names; one
+    file alone is train): Label Studio's JSON and JSON-MIN, CreateML and VIA. Images are found
+    by name, beside the file or in the dataset folder."""
     from efficientdet_keras.data.image_index import ImageIndex
-    exports = {}
-    for json_file in sorted(glob.glob(os.path.join(glob.escape(path), "*.json"))):
-        if not starts_a_list(json_file):
-            continue
-        try:
-            with open(json_file, encoding="utf-8-sig") as f:
-                data = json.load(f)
-        except (OSError, UnicodeDecodeError, ValueError):
-            continue
-        if is_label_studio_export(data):
-            exports[json_file] = data
+    folders = split_folders(path)
+    files = {split: sorted(glob.glob(os.path.join(glob.escape(folder), "*.json")))
+             for split, folder in folders.items()}
+    at_root = sorted(glob.glob(os.path.join(glob.escape(path), "*.json")))
+    exports = {}  # {json file: (format, split or None, its content)}
+    for split, json_file in [(s, f) for s, fs in files.items() for f in fs] + \
+            [(None, f) for f in at_root]:
+        found = _json_export(json_file)
+        if found:
+            exports[json_file] = (found[0], split, found[1])
     if not exports:
         return None
+    formats = sorted({data_format for data_format, _, _ in exports.values()})
+    if len(formats) > 1:
+        raise ValueError("%s holds exports of %s; keep one format" % (path, " and ".join(formats)))
     index = ImageIndex(path)
     splits: Dict[str, Tuple[str, List[NamedBoxes]]] = {}
     left_out = 0
-    for json_file, data in exports.items():
-        split = split_name(os.path.splitext(os.path.basename(json_file))[0]) or (
+    for json_file, (data_format, split, data) in exports.items():
+        split = split or split_name(os.path.splitext(os.path.basename(json_file))[0]) or (
             "train" if len(exports) == 1 else None)
         if split is None:
-            raise ValueError("%s: Label Studio exports %s; name each after its split (train, "
-                             "val, test)" % (path, ", ".join(map(os.path.basename, exports))))
+            raise ValueError("%s: %s; name each file after its split (train, val, test) or "
+                             "put it in a split folder" % (path, ", ".join(exports)))
         if split in splits:
             raise ValueError("%s and %s are both the %s split" % (splits[split][0], json_file,
                                                                  split))
-        images, missing = read_label_studio_export(json_file, data, index)
+        images, missing = _read_json_export(json_file, data_format, data, index)
         splits[split] = (json_file, images)
         left_out += missing
     notes = ["%d tasks left out: their images are not in the dataset folder (see the "
              "warnings)" % left_out] if left_out else []
-    return "label_studio", splits, None, notes
+    return formats[0], splits, None, notes
+
+
+def _json_export(json_file: str):
+    """(format, parsed content) of a Label Studio, CreateML or VIA file, else None. A COCO
+    file (which can be large) is told apart by its first bytes and not parsed here."""
+    import json
+    from efficientdet_keras.data.formats.createml_via import is_createml, via_images
+    from efficientdet_keras.data.formats.label_studio import is_label_studio_export
+    try:
+        with open(json_file, "rb") as f:
+            head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+        if not head.startswith(b"[") and b'"regions"' not in head and b"_via_" not in head:
+            return None
+        with open(json_file, encoding="utf-8-sig") as f:
+            data = json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if is_label_studio_export(data):
+        return "label_studio", data
+    if is_createml(data):
+        return "createml", data
+    entries = via_images(data)
+    return ("via", entries) if entries else None
+
+
+def _read_json_export(json_file: str, data_format: str, data, index):
+    """([NamedBoxes], how many tasks were left out) of one file."""
+    from efficientdet_keras.data.formats.createml_via import read_createml, read_via
+    from efficientdet_keras.data.formats.label_studio import read_label_studio_export
+    if data_format == "label_studio":
+        return read_label_studio_export(json_file, data, index)
+    reader = read_createml if data_format == "createml" else read_via
+    return reader(json_file, data, index), 0

@@ -23,16 +23,6 @@ _RECTANGLE = "rectanglelabels"
 _UPLOAD_PREFIX = re.compile(r"[0-9a-f]{8}-")
 
 
-def starts_a_list(path: str) -> bool:
-    """Whether a JSON file holds a list (Label Studio's exports), from its first character:
-    COCO files, which can be large, are not parsed twice."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(256).lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"[")
-    except OSError:
-        return False
-
-
 def is_label_studio_export(data) -> bool:
     """Whether parsed JSON is a Label Studio JSON or JSON-MIN export: a list of tasks, the
     first with `data` and `annotations`, or (JSON-MIN) an `id` and a list of rectangles."""
