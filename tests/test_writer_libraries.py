@@ -40,7 +40,7 @@ READ = {
     "datumaro-kitti": "kitti", "datumaro-kitti_detection": "kitti", "labelformat-kitti": "kitti",
     "fiftyone-kitti": "kitti", "globox-yolo_darknet_bare": "yolo",
     "label_studio-json": "label_studio", "label_studio-json_min": "label_studio",
-    "supervision-createml": "createml", "globox-via_json": "via",
+    "supervision-createml": "createml", "globox-via_json": "via", "globox-cvat_beside": "cvat",
 }
 # Exports without the class names (globox's YOLO writes no classes.txt): the classes are
 # named by their ids, the source's classes in category id order.

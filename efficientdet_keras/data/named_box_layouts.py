@@ -22,11 +22,15 @@ _UNSPLIT = ("", "default")
 
 def cvat_layout(path: str) -> Optional[Layout]:
     """CVAT for images XML files in the folder or its annotations/ folder: one file split by
-    its images' `subset`, or one file per split named after it (datumaro's)."""
+    its images' `subset`, or one file per split named after it (datumaro's); or in split
+    folders beside their images (globox's train/annotations.xml), split by the folder."""
     from efficientdet_keras.data.formats.cvat_xml import is_cvat_file, read_cvat_file
+    in_splits = {f: split for split, folder in split_folders(path).items()
+                 for f in sorted(glob.glob(os.path.join(glob.escape(folder), "*.xml")))
+                 if is_cvat_file(f)}
     files = [f for where in (path, os.path.join(path, "annotations"))
              for f in sorted(glob.glob(os.path.join(glob.escape(where), "*.xml")))
-             if is_cvat_file(f)]
+             if is_cvat_file(f)] + list(in_splits)
     if not files:
         return None
     labels: List[str] = []
@@ -38,7 +42,7 @@ def cvat_layout(path: str) -> Optional[Layout]:
         for subset, images in subsets.items():
             # Data never split is train, unless a file of its own names the split.
             split = split_name(subset) if subset.lower() not in _UNSPLIT else \
-                split_name(stem) or "train"
+                in_splits.get(xml_file) or split_name(stem) or "train"
             if split is None:
                 raise ValueError("%s: subset %r is not a split (train, validation or test)"
                                  % (xml_file, subset))

@@ -209,6 +209,12 @@ def globox_exports(source):
             copy_images(source, split, os.path.join(out, "images", split))
             load(split).save_cvat(os.path.join(out, "annotations", split + ".xml"))
 
+    def cvat_beside(out):  # {train,val}/annotations.xml beside the images
+        for split in SPLITS:
+            folder = os.path.join(out, split)
+            copy_images(source, split, folder)
+            load(split).save_cvat(os.path.join(folder, "annotations.xml"))
+
     def openimage(out):  # annotations/{train,val}-annotations-bbox.csv, images/{train,val}/
         os.makedirs(os.path.join(out, "annotations"))
         for split in SPLITS:
@@ -230,7 +236,8 @@ def globox_exports(source):
             load(split).save_txt(folder)
 
     return {"coco": coco, "pascal_voc": pascal_voc, "yolo_darknet": yolo_darknet,
-            "yolo_darknet_bare": yolo_darknet_bare, "yolo_v5": yolo_v5, "labelme": labelme, "cvat": cvat, "openimage": openimage,
+            "yolo_darknet_bare": yolo_darknet_bare, "yolo_v5": yolo_v5, "labelme": labelme,
+            "cvat": cvat, "cvat_beside": cvat_beside, "openimage": openimage,
             "via_json": via_json, "txt": txt}
 
 
@@ -416,7 +423,7 @@ LIBRARIES = (
     ("datumaro", datumaro_exports, DATUMARO_FORMATS),
     ("globox", globox_exports,
      ("coco", "pascal_voc", "yolo_darknet", "yolo_darknet_bare", "yolo_v5", "labelme", "cvat",
-      "openimage", "via_json", "txt")),
+      "cvat_beside", "openimage", "via_json", "txt")),
     ("labelme", labelme_exports, ("json", "json_imagedata")),
     ("labelformat", labelformat_exports,
      ("coco", "pascalvoc", "yolov8", "cvat", "kitti", "lightly")),
