@@ -341,6 +341,16 @@ def test_names_keyed_by_other_ids_number_the_classes_in_their_order(tmp_path, ca
     assert "(class 0; the dataset's class ids are 1, 3)" in text
 
 
+def test_a_class_name_that_is_a_yaml_list_is_said(tmp_path):
+    """An anchor's alias where a name was meant gives a list: read as its text, and said."""
+    make_dataset(tmp_path)
+    dataset = read_yolo_yaml(write_yaml(tmp_path / "data.yaml", "train: images/train\n"
+                                        "names: [&pets [cat, dog], bird, *pets]\n"))
+    assert dataset.names == ["['cat', 'dog']", "bird", "['cat', 'dog']"]
+    assert [n.split(": ", 1)[1][:44] for n in dataset.notes] == [
+        "class 0's name ['cat', 'dog'] is a YAML list", "class 2's name ['cat', 'dog'] is a YAML list"]
+
+
 @pytest.mark.parametrize("text, error, message", [
     ("train: images/train\nnc: 3\nnames: [cat, dog]\n", ValueError,
      "'nc' is 3 but 'names' has 2 classes"),

@@ -149,7 +149,7 @@ def yolo_dataset(yaml_file: str, layout=None, notes: Sequence[str] = ()) -> Data
         split = split_name(name) or name
         splits[split] = DataSplit(split, "%s: %s" % (os.path.basename(yaml_file), name),
                                   loader(image_paths))
-    return Dataset(yaml_file, "yolo", classes, splits, skipped, list(notes))
+    return Dataset(yaml_file, "yolo", classes, splits, skipped, layout.notes + list(notes))
 
 
 # --- Pascal VOC -----------------------------------------------------------------------------

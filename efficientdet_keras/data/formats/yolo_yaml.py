@@ -37,6 +37,7 @@ class YoloDataset:
     names: List[str]
     keypoint_fields: int = 0
     class_ids: Optional[List[int]] = None
+    notes: List[str] = dataclasses.field(default_factory=list)
 
 
 def read_yolo_yaml(path: str) -> YoloDataset:
@@ -70,6 +71,12 @@ def read_yolo_yaml(path: str) -> YoloDataset:
         raise ValueError("%s: expected a mapping with train, val and names keys" % path)
     root = _root(path, data.get("path"))
     names, class_ids = _names(path, data)
+    notes = ["%s: class %s's name %s is a YAML %s, not text (an anchor's alias pasted where a "
+             "name was meant?); it is read as the text %r"
+             % (path, i, value, type(value).__name__, str(value))
+             for i, value in (data["names"].items() if isinstance(data["names"], dict)
+                              else enumerate(data["names"]))
+             if isinstance(value, (list, dict))]
     sources = _split_keys(path, data) or _split_folders(root)
     if not sources:
         raise ValueError("%s: no 'train', 'val' or 'test' key (a folder of images, a .txt list "
@@ -87,7 +94,8 @@ def read_yolo_yaml(path: str) -> YoloDataset:
                 raise
             # Exports write a test line even when they hold no test images; it is not needed.
             logging.warning("%s; reading the dataset without its test split", e)
-    return YoloDataset(path, root, splits, names, _keypoint_fields(path, data), class_ids)
+    return YoloDataset(path, root, splits, names, _keypoint_fields(path, data), class_ids,
+                       notes)
 
 
 def _keypoint_fields(yaml_path: str, data: dict) -> int:
