@@ -10,8 +10,9 @@ STAMP := $(VENV)/.installed-stamp
 # pins conflict with the package's, so they live in an environment of their own.
 CLIENTS := .venv-clients
 CLIENTS_STAMP := $(CLIENTS)/.installed-stamp
-# The dataset writers (supervision, datumaro, globox, labelme) that tests/test_writer_libraries.py
-# writes datasets with; an environment of their own too (tests/writers/requirements.txt says why).
+# The dataset writers (supervision, datumaro, globox, labelme, labelformat, Label Studio's
+# converter, FiftyOne) that tests/test_writer_libraries.py writes datasets with; an environment
+# of their own too (tests/writers/requirements.txt says why).
 WRITERS := .venv-writers
 WRITERS_STAMP := $(WRITERS)/.installed-stamp
 PYTEST_ARGS ?=
