@@ -257,6 +257,32 @@ def test_tfrecords_with_a_label_map_are_split_by_name(tmp_path):
     assert "1 TFRecord file(s)" in dataset.describe()
 
 
+def test_tfrecords_numbered_from_zero_take_their_names_from_class_text(tmp_path):
+    """FiftyOne's TFRecords: one file tf.records, class/label from 0, the names only in
+    class/text: read one up. With a label map from 1 beside them, the boxes of id 0, which
+    training drops, are said in one note."""
+    import tensorflow as tf
+    from helpers import make_records
+    from efficientdet_keras.data.formats.tf_example import record_to_tf_example
+    os.makedirs(tmp_path / "images")
+    records = make_records(str(tmp_path / "images"), count=2, classes=(0, 1))
+    with tf.io.TFRecordWriter(str(tmp_path / "tf.records")) as writer:
+        for record in records:
+            with open(record.path, "rb") as f:
+                writer.write(record_to_tf_example(record, f.read(), {0: "widget", 1: "gadget"})
+                             .SerializeToString())
+    dataset = open_dataset(str(tmp_path))
+    assert dataset.format == "tfrecord" and list(dataset.splits) == ["train"]
+    assert dataset.classes.names == {1: "widget", 2: "gadget"}
+    assert "their ids 0..1 are read as 1..2" in dataset.describe()
+    raw = next(iter(dataset.split("train").source.raw_dataset(None, False, None)))
+    assert raw["classes"].numpy().tolist() == [1, 2]
+    (tmp_path / "label_map.yaml").write_text("label_map: {1: widget, 2: gadget}\n")
+    assert "2 boxes in the first 2 records have class ids 0 that label_map.yaml does not " \
+        "name: training drops them; records numbered from 0" in open_dataset(
+            str(tmp_path)).describe()
+
+
 def test_label_map_files(tmp_path):
     (tmp_path / "a.yaml").write_text("label_map: {1: widget, 2: gadget}\n")
     assert read_label_map_file(str(tmp_path / "a.yaml")) == {1: "widget", 2: "gadget"}

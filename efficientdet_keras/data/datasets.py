@@ -27,9 +27,10 @@ Layouts found, in this order, for a folder:
   via       the names the files give
   kitti     KITTI label files (a class name and 14 numbers a line) in a folder below, split
             by its path (train/label_2/), the images found by the files' names
-  tfrecord  *.tfrecord files, split by name (train / val / test in the file name), with
-            label_map.json, .yaml or .pbtxt beside them for the class names and, when there,
-            a COCO JSON per split (pets-val.json) as evaluation's ground truth
+  tfrecord  *.tfrecord, *.record(s) files, split by name (train / val / test in the file
+            name), with label_map.json, .yaml or .pbtxt beside them for the class names (else
+            the records' class/text) and, when there, a COCO JSON per split (pets-val.json) as
+            evaluation's ground truth
   coco      annotations/*.json (instances_train2017.json ...) or *.json in the folder, with
             their images beside them, in images/, or in a folder named after the split; the
             other COCO tasks' files (captions_*, person_keypoints_*, ...) passed over
@@ -53,6 +54,9 @@ from efficientdet_keras.data.split_names import (split_folders, split_folders_be
                                                   split_name)
 
 ROBOFLOW_ANNOTATIONS = "_annotations.coco.json"
+# The names TFRecord files are given: this package's, the Object Detection API's
+# (train.record-00000-of-00010) and FiftyOne's (tf.records).
+TFRECORD_NAMES = ("*.tfrecord*", "*.record", "*.record-*", "*.records")
 
 
 def open_dataset(path: str, voc_origin: Optional[int] = None) -> Dataset:
@@ -94,7 +98,8 @@ def open_dataset(path: str, voc_origin: Optional[int] = None) -> Dataset:
     named = named_boxes_layout(path)
     if named:
         return named_boxes_dataset(path, *named)
-    records = sorted(glob.glob(os.path.join(glob.escape(path), "*.tfrecord*")))
+    records = sorted(f for pattern in TFRECORD_NAMES
+                     for f in glob.glob(os.path.join(glob.escape(path), pattern)))
     if records:  # Before COCO: efficientdet-create-tfrecord writes ground truth beside them.
         return tfrecord_dataset(path, records)
     jsons = sorted(glob.glob(os.path.join(glob.escape(path), "annotations", "*.json"))) or \
@@ -119,7 +124,7 @@ def _open_file(path: str) -> Dataset:
         return yolo_dataset(path)
     if lower.endswith(".json"):
         return coco_dataset(path, _coco_splits([path]), "coco")
-    if ".tfrecord" in lower:
+    if ".tfrecord" in lower or lower.endswith((".record", ".records")) or ".record-" in lower:
         return tfrecord_dataset(path, [path])
     raise ValueError("%s: a dataset file is a YOLO .yaml, a COCO .json or a .tfrecord" % path)
 

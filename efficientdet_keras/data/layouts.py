@@ -256,7 +256,11 @@ def named_boxes_dataset(path: str, data_format: str, splits: Dict[str, tuple],
 # --- TFRecord -------------------------------------------------------------------------------
 
 def tfrecord_dataset(path: str, files: Sequence[str]) -> Dataset:
-    """TFRecord files split by their names, classes from a label map file beside them."""
+    """TFRecord files split by their names, classes from a label map file beside them, else
+    from the records' class/text (FiftyOne's exports carry no label map; records numbered from
+    0 are read one up, 0 being the background). Boxes whose class id the names leave out are
+    said in one note with the fix: training drops them."""
+    from efficientdet_keras.data.formats.tf_example import scan_class_labels
     by_split: Dict[str, List[str]] = {}
     for f in files:
         name = split_name(os.path.basename(f)) or ("train" if len(files) == 1 else None)
@@ -267,13 +271,33 @@ def tfrecord_dataset(path: str, files: Sequence[str]) -> Dataset:
     folder = path if os.path.isdir(path) else os.path.dirname(path)
     label_map_file = next((os.path.join(folder, n) for n in _LABEL_MAP_FILES
                            if os.path.isfile(os.path.join(folder, n))), None)
-    if label_map_file is None:
+    counts, texts, scanned = scan_class_labels(sorted(files))
+    offset, notes = 0, []
+    if label_map_file is not None:
+        names = read_label_map_file(label_map_file)
+    elif texts:
+        offset = 1 if min(texts) == 0 else 0
+        names = {class_id + offset: text for class_id, text in sorted(texts.items())}
+        notes.append("class names from the records' class/text%s" % (
+            "; their ids 0..%d are read as 1..%d (0 is the background)"
+            % (max(texts), max(texts) + 1) if offset else ""))
+    else:
         raise ValueError("%s: TFRecords carry no class names; put a label map beside them (%s)"
                          % (path, ", ".join(_LABEL_MAP_FILES)))
-    names = read_label_map_file(label_map_file)
-    classes = DataClasses(names, dict((k, k) for k in names))
+    unnamed = {i: n for i, n in sorted(counts.items()) if i + offset not in names}
+    if unnamed:
+        notes.append("%d boxes in the first %d records have class ids %s that %s does not name: "
+                     "training drops them%s" % (
+                         sum(unnamed.values()), scanned, ", ".join(map(str, unnamed)),
+                         os.path.basename(label_map_file) if label_map_file else "class/text",
+                         "; records numbered from 0 (FiftyOne's, the Object Detection API's "
+                         "class ids less one) read right without the label map when they carry "
+                         "class/text, else give the label map their ids"
+                         if 0 in unnamed and label_map_file else ""))
+    classes = DataClasses(names, dict((k, k - offset) for k in names))
     jsons = {split_name(os.path.basename(f)): f
              for f in sorted(glob.glob(os.path.join(glob.escape(folder), "*.json")))}
-    splits = {name: DataSplit(name, ",".join(fs), lambda fs=fs: TFRecordSource(fs), jsons.get(name))
+    splits = {name: DataSplit(name, ",".join(fs), lambda fs=fs: TFRecordSource(fs, offset),
+                              jsons.get(name))
               for name, fs in sorted(by_split.items(), key=lambda kv: SPLITS.index(kv[0]))}
-    return Dataset(path, "tfrecord", classes, splits)
+    return Dataset(path, "tfrecord", classes, splits, notes=notes)

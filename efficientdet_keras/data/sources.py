@@ -18,8 +18,10 @@ from efficientdet_keras.data.formats.tfrecord_files import list_files, raw_datas
 class TFRecordSource:
     """TFRecord files in the Object Detection API layout (patterns or lists of patterns)."""
 
-    def __init__(self, file_patterns):
+    def __init__(self, file_patterns, class_offset: int = 0):
+        """class_offset: added to every class id (1 for records numbered from 0)."""
         self.files = list_files(file_patterns)
+        self.class_offset = class_offset
         # Sizes tell a truncated file from a complete one (see raw_dataset_from_tfrecord_file).
         self.file_sizes = [tf.io.gfile.stat(path).length for path in self.files]
 
@@ -39,6 +41,10 @@ class TFRecordSource:
         if input_context is not None and not sharded_by_file:
             records = records.shard(input_context.num_input_pipelines,
                                     input_context.input_pipeline_id)
+        if self.class_offset:
+            offset = tf.constant(self.class_offset, tf.int64)
+            records = records.map(lambda raw: dict(raw, classes=raw["classes"] + offset),
+                                  num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         return records
 
 

@@ -1,7 +1,8 @@
 """tf.train.Examples in the Object Detection API layout (boxes normalised to 0..1): written
 from an ImageRecord, and parsed into a raw example (see `data.formats.records`)."""
 
-from typing import Dict, Optional
+import collections
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -117,3 +118,27 @@ def parse_tf_example(serialized: tf.Tensor, origin="") -> Dict[str, tf.Tensor]:
     raw["problem_detail"] = tf.where(
         parsed, "", "bytes that are not a tf.Example, or a feature of the wrong type")
     return raw
+
+
+def scan_class_labels(files: Sequence[str], limit: int = 1000
+                      ) -> Tuple[collections.Counter, Dict[int, str], int]:
+    """What the first `limit` records of TFRecord files say of their classes: the boxes per
+    class id, the class/text each id carries (where the writer put the names), and the number
+    of records read. Records that do not parse are left to the input pipeline to report."""
+    features = {"image/object/class/label": tf.io.VarLenFeature(tf.int64),
+                "image/object/class/text": tf.io.VarLenFeature(tf.string)}
+    counts, texts, seen = collections.Counter(), {}, 0
+    records = tf.data.TFRecordDataset(list(files)).take(limit)
+    for serialized in records.as_numpy_iterator():
+        seen += 1
+        try:
+            parsed = tf.io.parse_single_example(serialized, features)
+        except tf.errors.InvalidArgumentError:
+            continue
+        labels = parsed["image/object/class/label"].values.numpy().tolist()
+        names = parsed["image/object/class/text"].values.numpy().tolist()
+        counts.update(labels)
+        if len(names) == len(labels):
+            for label, name in zip(labels, names):
+                texts.setdefault(int(label), name.decode("utf-8", "replace"))
+    return counts, texts, seen
