@@ -123,11 +123,12 @@ def test_difficult_truncated_and_pose_reach_tfrecords_and_ground_truth(tmp_path)
         ("person", 1, 1, 32, 24, 1, {"truncated": 1, "pose": "Frontal"}),
         ("dog", 9, 3, 4, 9, 0, {"truncated": 1, "pose": "Rear"}),
         ("cat", 10, 8, 20, 16, 0, {"pose": "Left"}),
-        ("car", 2, 2, 6, 6, 0)])})  # No <truncated> or <pose>: 0 and "Unspecified".
+        ("car", 2, 2, 6, 6, 0),  # No <truncated> or <pose>: 0 and "Unspecified".
+        ("bird", 3, 3, 7, 7, 0, {"pose": ""})])})  # An empty <pose> stays empty.
     (record,) = load_voc_records(root)
-    assert record.difficult.tolist() == [1, 0, 0, 0]
-    assert record.truncated.tolist() == [1, 1, 0, 0]
-    assert record.view.tolist() == ["Frontal", "Rear", "Left", "Unspecified"]
+    assert record.difficult.tolist() == [1, 0, 0, 0, 0]
+    assert record.truncated.tolist() == [1, 1, 0, 0, 0]
+    assert record.view.tolist() == ["Frontal", "Rear", "Left", "Unspecified", ""]
 
     # Lazy: test_create_tfrecord imports this module.
     from test_create_tfrecord import run_tool
@@ -135,7 +136,7 @@ def test_difficult_truncated_and_pose_reach_tfrecords_and_ground_truth(tmp_path)
     result = run_tool("--input_format=voc", "--voc_root=" + root, "--output_prefix=" + prefix,
                       "--output_json=" + gt_json)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "Wrote 1 images (3 objects)" in result.stdout
+    assert "Wrote 1 images (4 objects)" in result.stdout
 
     (serialized,) = tf.data.TFRecordDataset(prefix + "-00000-of-00001.tfrecord")
     parsed = tf.io.parse_single_example(serialized, {
@@ -144,14 +145,14 @@ def test_difficult_truncated_and_pose_reach_tfrecords_and_ground_truth(tmp_path)
         "image/object/view": tf.io.VarLenFeature(tf.string),
         "image/object/is_crowd": tf.io.VarLenFeature(tf.int64)})
     values = {key: tf.sparse.to_dense(value).numpy().tolist() for key, value in parsed.items()}
-    assert values == {"image/object/difficult": [1, 0, 0],
-                      "image/object/truncated": [1, 0, 0],
-                      "image/object/view": [b"Frontal", b"Left", b"Unspecified"],
-                      "image/object/is_crowd": [1, 0, 0]}
+    assert values == {"image/object/difficult": [1, 0, 0, 0],
+                      "image/object/truncated": [1, 0, 0, 0],
+                      "image/object/view": [b"Frontal", b"Left", b"Unspecified", b""],
+                      "image/object/is_crowd": [1, 0, 0, 0]}
 
     with open(gt_json) as f:
         annotations = json.load(f)["annotations"]
-    assert [a["category_id"] for a in annotations] == [15, 8, 7]  # person, cat, car
-    assert [a["ignore"] for a in annotations] == [1, 0, 0]
-    assert [a["iscrowd"] for a in annotations] == [1, 0, 0]
-    assert [a["segmentation"] for a in annotations] == [[], [], []]
+    assert [a["category_id"] for a in annotations] == [15, 8, 7, 3]  # person, cat, car, bird
+    assert [a["ignore"] for a in annotations] == [1, 0, 0, 0]
+    assert [a["iscrowd"] for a in annotations] == [1, 0, 0, 0]
+    assert [a["segmentation"] for a in annotations] == [[], [], [], []]

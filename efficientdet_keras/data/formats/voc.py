@@ -43,7 +43,8 @@ def load_voc_records(voc_root: str, split: str = "train",
     convention as COCO. Objects marked difficult are kept with is_crowd=True, so
     training ignores them and COCO evaluation treats them as ignore regions. Each
     object's <difficult> and <truncated> (0 when absent) and <pose> ("Unspecified" when
-    absent) are kept as the records' difficult, truncated and view.
+    absent, empty when empty, as the reference's converter writes it) are kept as the
+    records' difficult, truncated and view.
 
     Raises:
       FileNotFoundError naming the missing split or annotation file.
@@ -221,7 +222,8 @@ def _read_annotation(xml_path: str, image_path: str, image_id: int,
             classes.append(class_ids[name])
             difficult.append(int(obj.findtext("difficult", "0").strip() or 0))
             truncated.append(int(obj.findtext("truncated", "0").strip() or 0))
-            views.append((obj.findtext("pose") or "").strip() or "Unspecified")
+            pose = obj.find("pose")  # Absent: the devkit's "Unspecified"; empty stays so.
+            views.append("Unspecified" if pose is None else (pose.text or "").strip())
     except _UnknownClass as e:
         raise ValueError("%s: class name %r is not in the label map; known names: %s"
                          % (xml_path, e.name, ", ".join(sorted(class_ids)))) from None
