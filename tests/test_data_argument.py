@@ -73,7 +73,7 @@ def test_train_on_a_roboflow_export_takes_classes_and_names_from_the_data(tmp_pa
 
 
 LAYOUTS = [("write_coco_folder", "COCO JSON", [1, 2]),
-           ("write_yolo", "YOLO (Ultralytics data.yaml)", [0, 1]),
+           ("write_yolo", "YOLO", [0, 1]),
            ("write_voc", "Pascal VOC", ["gadget", "widget"])]  # Names in sorted order.
 
 
@@ -106,7 +106,7 @@ def test_one_command_trains_on_a_layout_by_its_folder_alone(tmp_path):
                       "--num_epochs=1", "--tf_random_seed=1")
     assert result.returncode == 0, result.stderr[-3000:]
     first = result.stdout.splitlines()[0]  # YOLO names its data.yaml.
-    assert first.startswith("Data: %s" % data) and first.endswith(", YOLO (Ultralytics data.yaml)")
+    assert first.startswith("Data: %s" % data) and first.endswith(", YOLO")
     assert (model_dir / "ckpt-1.index").exists()
     config = yaml.safe_load((model_dir / "config.yaml").read_text())
     assert config["num_classes"] == 2

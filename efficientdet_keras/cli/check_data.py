@@ -31,9 +31,7 @@ from efficientdet_keras.workflows.train import user_config_keys
 TOOL = "efficientdet-check-data"
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("data", "", "A dataset folder or file (COCO JSON, Roboflow, YOLO data.yaml, "
-                    "VOC, TFRecords with a label map), its layout found as efficientdet-train "
-                    "--data finds it; its classes are the check's.")
+flags.DEFINE_string("data", "", flag_groups.data_help("Its classes are the check's."))
 flags.DEFINE_string("data_split", "train", "--data: the split to check (train, val or test).")
 flag_groups.define_voc_origin()
 flags.DEFINE_string("file_pattern", "", "TFRecord pattern(s) to check (comma-separated).")

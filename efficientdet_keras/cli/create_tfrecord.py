@@ -44,10 +44,9 @@ from efficientdet_keras.cli.flag_groups import flag_values
 TOOL = "efficientdet-create-tfrecord"
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("data", "", "A dataset folder or file, its format, splits and classes "
-                    "found from its layout (COCO JSON, Roboflow, YOLO data.yaml, VOC): writes "
-                    "every split as <output_prefix>-<split>-*.tfrecord with <output_prefix>-"
-                    "<split>.json, and label_map.json beside them.")
+flags.DEFINE_string("data", "", flag_groups.data_help(
+    "Writes every split as <output_prefix>-<split>-*.tfrecord with <output_prefix>-<split>.json, "
+    "and label_map.json beside them."))
 flag_groups.define_voc_origin()
 flags.DEFINE_enum("input_format", None, ["coco", "voc"], "The annotation format to read "
                   "(without --data).")

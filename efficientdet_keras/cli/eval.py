@@ -55,9 +55,8 @@ flags.DEFINE_string("ckpt", "", "A checkpoint: a prefix, a directory (its latest
                     "runs/x/last, or a released model's name such as efficientdet-d0 "
                     "(downloaded once); default: latest in model_dir.")
 flags.DEFINE_string("hparams", "", HPARAMS_HELP)
-flags.DEFINE_string("data", "", "A dataset folder or file in any layout efficientdet-train "
-                    "--data reads (COCO JSON, Roboflow, YOLO data.yaml, VOC, TFRecords with a "
-                    "label map); evaluates its --data_split, with its ground truth.")
+flags.DEFINE_string("data", "", flag_groups.data_help(
+    "Evaluates its --data_split, with its ground truth."))
 flags.DEFINE_string("data_split", "", "--data: the split to evaluate (default: val, else test).")
 flag_groups.define_voc_origin()
 flags.DEFINE_string("val_file_pattern", "", "TFRecord pattern(s) of the evaluation images.")

@@ -31,6 +31,15 @@ def define_num_threads() -> None:
     flags.DEFINE_integer("num_threads", None, NUM_THREADS_HELP, lower_bound=0)
 
 
+def data_help(what: str) -> str:
+    """--data's help: every layout `open_dataset` reads (its format titles), then `what` the
+    tool does with it."""
+    from efficientdet_keras.data.format_names import FORMAT_NAMES
+    return ("A dataset folder or file as a labelling tool exported it, its format, splits and "
+            "classes found from what its files hold (%s). %s"
+            % (", ".join(FORMAT_NAMES.values()), what))
+
+
 def define_voc_origin() -> None:
     """--voc_pixel_origin: the pixel VOC boxes of a --data folder start from."""
     flags.DEFINE_enum("voc_pixel_origin", "auto", ["auto", "0", "1"],

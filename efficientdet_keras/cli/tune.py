@@ -29,8 +29,8 @@ flags.DEFINE_string("model_dir", "", "The search's folder: tune.db, trial-N/, tr
                     "best_hparams.yaml.")
 flags.DEFINE_integer("trials", 10, "Trials the search has when done (finished or stopped "
                      "early), counting those of an earlier start.", lower_bound=1)
-flags.DEFINE_string("data", "", "A dataset folder or file, as efficientdet-train --data takes "
-                    "it; its val (else test) split scores the trials.")
+flags.DEFINE_string("data", "", flag_groups.data_help(
+    "Its val (else test) split scores the trials."))
 flags.DEFINE_bool("demo", False, "Search on the built-in synthetic shapes.")
 flags.DEFINE_integer("demo_images", 1000, "Images of the demo dataset.", lower_bound=8)
 flag_groups.define_voc_origin()

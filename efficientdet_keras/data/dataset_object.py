@@ -8,15 +8,9 @@ from typing import Callable, Dict, List, Optional, Sequence
 from efficientdet_keras.data.formats.classes import DataClasses
 from efficientdet_keras.data.formats.coco_json import read_coco_json, records_to_coco
 from efficientdet_keras.data.formats.records import ImageRecord, with_class_ids
+from efficientdet_keras.data.format_names import FORMAT_NAMES
 from efficientdet_keras.data.sources import RecordsSource
 
-FORMAT_NAMES = {"yolo": "YOLO (Ultralytics data.yaml)", "roboflow": "COCO JSON (Roboflow layout)",
-                "voc": "Pascal VOC", "coco": "COCO JSON", "tfrecord": "TFRecord",
-                "labelme": "LabelMe JSON", "csv": "CSV (TensorFlow Object Detection)",
-                "cvat": "CVAT for images XML", "automl_csv": "CSV (AutoML Vision)",
-                "open_images": "Open Images CSV", "kitti": "KITTI",
-                "label_studio": "Label Studio JSON", "createml": "CreateML JSON",
-                "via": "VIA JSON"}
 
 
 class DataSplit:
