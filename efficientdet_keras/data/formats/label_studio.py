@@ -5,8 +5,8 @@ list of tasks flattened to the image and its labels).
 A rectangle is `x`, `y`, `width`, `height` in percent of the image (`original_width`,
 `original_height`), turned by `rotation` degrees clockwise about its top-left corner; a turned
 one becomes the upright box around it. A task's image is named as Label Studio stored it
-(`/data/upload/3/1a2b3c4d-cat.jpg`, `/data/local-files/?d=photos/cat.jpg`, a URL): the image of
-that file name in the dataset folder (`ImageIndex`).
+(`/data/upload/3/<8 hex digits>-cat.jpg`, `/data/local-files/?d=photos/cat.jpg`, a URL):
+the image of that file name in the dataset folder (`ImageIndex`).
 """
 
 import math
@@ -19,7 +19,7 @@ from absl import logging
 from efficientdet_keras.data.formats.named_boxes import NamedBoxes, header_size
 
 _RECTANGLE = "rectanglelabels"
-# What Label Studio puts before an uploaded file's name ("1a2b3c4d-cat.jpg").
+# What Label Studio puts before an uploaded file's name: 8 hex digits and a dash.
 _UPLOAD_PREFIX = re.compile(r"[0-9a-f]{8}-")
 
 
