@@ -32,12 +32,11 @@ def define_num_threads() -> None:
 
 
 def data_help(what: str) -> str:
-    """--data's help: every layout `open_dataset` reads (its format titles), then `what` the
-    tool does with it."""
-    from efficientdet_keras.data.format_names import FORMAT_NAMES
+    """--data's help: every layout `open_dataset` reads (the registry's titles), then `what`
+    the tool does with it."""
+    from efficientdet_keras.data.layouts.registry import titles
     return ("A dataset folder or file as a labelling tool exported it, its format, splits and "
-            "classes found from what its files hold (%s). %s"
-            % (", ".join(FORMAT_NAMES.values()), what))
+            "classes found from what its files hold (%s). %s" % (", ".join(titles()), what))
 
 
 def define_voc_origin() -> None:

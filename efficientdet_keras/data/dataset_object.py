@@ -8,9 +8,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 from efficientdet_keras.data.formats.classes import DataClasses
 from efficientdet_keras.data.formats.coco_json import read_coco_json, records_to_coco
 from efficientdet_keras.data.formats.records import ImageRecord, with_class_ids
-from efficientdet_keras.data.format_names import FORMAT_NAMES
 from efficientdet_keras.data.sources import RecordsSource
-
 
 
 class DataSplit:
@@ -43,6 +41,7 @@ class Dataset:
 
     skipped: entries left out while reading, by kind (the warnings named each of them).
     notes: what reading assumed that a user should know (the pixel origin of VOC boxes).
+    title: the layout's name in describe() (`data.layouts.registry`).
     """
     path: str
     format: str
@@ -51,6 +50,8 @@ class Dataset:
     skipped: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     # What reading the data assumed that a user should know (one line each, in describe()).
     notes: List[str] = dataclasses.field(default_factory=list)
+    # What describe() calls the layout (the registry's title; the format when none is given).
+    title: str = ""
 
     def split(self, name: str) -> DataSplit:
         """Raises ValueError naming the splits there are when `name` is not one of them."""
@@ -101,7 +102,7 @@ class Dataset:
         """A few lines: the format, the images and boxes of each split, the classes, and a
         warning for each mistake `data.label_checks` finds (an image in two splits, a class in
         one split only, class names given twice or differing only in case, repeated boxes)."""
-        lines = ["Data: %s, %s" % (self.path, FORMAT_NAMES[self.format])]
+        lines = ["Data: %s, %s" % (self.path, self.title or self.format)]
         for name in names or list(self.splits):
             split = self.split(name)
             records = split.records

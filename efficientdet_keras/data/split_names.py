@@ -11,6 +11,9 @@ _SPLIT_WORDS = {"train": "train", "training": "train", "trainval": "train", "val
                 "valid": "val", "validation": "val", "test": "test", "testing": "test"}
 
 
+# The subset CVAT and datumaro give data that was never split (read as train).
+UNSPLIT_SUBSETS = ("", "default")
+
 # The whole names exporters give split folders and YOLO keys: {name: split}.
 SPLIT_FOLDER_NAMES = {"train": "train", "val": "val", "valid": "val", "validation": "val",
                       "test": "test"}
