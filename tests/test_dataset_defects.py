@@ -297,3 +297,66 @@ def test_an_image_file_no_coco_entry_lists_is_said(tmp_path):
     shutil.copy(os.path.join(images, sorted(os.listdir(images))[0]),
                 os.path.join(images, "segmentation_only.jpg"))
     assert "read by no split" not in open_dataset(voc).describe()
+
+
+def _val_is_train(root):
+    import yaml
+    dataset_layouts.write_yolo(root)
+    with open(os.path.join(root, "data.yaml")) as f:
+        data = yaml.safe_load(f)
+    data["val"] = "images/train"
+    with open(os.path.join(root, "data.yaml"), "w") as f:
+        yaml.safe_dump(data, f)
+
+
+def _two_categories_one_name(root):
+    dataset_layouts.write_coco_folder(root)
+    for split in ("train", "val"):
+        rewrite_json(os.path.join(root, "annotations", "instances_%s.json" % split),
+                     lambda data: data["categories"][1].update(name="widget"))
+
+
+def _boxes_on_roboflow_root(root):
+    dataset_layouts.write_roboflow(root)
+    rewrite_json(os.path.join(root, "train", "_annotations.coco.json"),
+                 lambda data: data["annotations"][0].update(category_id=0))
+
+
+def _root_with_children_under_none(root):
+    dataset_layouts.write_roboflow(root)
+    for split in ("train", "valid"):
+        rewrite_json(os.path.join(root, split, "_annotations.coco.json"), lambda data: [
+            category.update(supercategory="none") for category in data["categories"][1:]])
+
+
+def _class_only_in_val(root):
+    dataset_layouts.write_coco_folder(root)
+    sprocket = {"id": 3, "name": "sprocket", "supercategory": "things"}
+    rewrite_json(os.path.join(root, "annotations", "instances_train.json"),
+                 lambda data: data["categories"].append(sprocket))
+    rewrite_json(os.path.join(root, "annotations", "instances_val.json"), lambda data: (
+        data["categories"].append(sprocket), data["annotations"][0].update(category_id=3)))
+
+
+def _names_from_aliases(root):
+    dataset_layouts.write_yolo(root)
+    with open(os.path.join(root, "data.yaml")) as f:
+        text = f.read()
+    with open(os.path.join(root, "data.yaml"), "w") as f:
+        f.write("pair: &pair [widget, gadget]\n" + text.replace("- gadget", "- *pair"))
+
+
+@pytest.mark.parametrize("defect, line", [
+    (_val_is_train, "warning: the val split is the train split (the same 8 images)"),
+    (_two_categories_one_name, "warning: class name 'widget' is given to ids 1, 2"),
+    (_boxes_on_roboflow_root, "category 'widgets-xyz' is the others' supercategory (Roboflow's "
+                              "root category), yet 1 boxes use it: kept as a class"),
+    (_root_with_children_under_none, "category 'widgets-xyz' (id 0, supercategory \"none\", no "
+                                     "boxes) looks like Roboflow's root category"),
+    (_class_only_in_val, "warning: class 'sprocket' has boxes in val but none in train"),
+    (_names_from_aliases, "class 1's name ['widget', 'gadget'] is a YAML list, not text"),
+])
+def test_describe_names_each_defect_a_python_user_would_miss(tmp_path, defect, line):
+    """What open_dataset(...).describe() says, so a Python user sees what the tools print."""
+    defect(str(tmp_path))
+    assert line in open_dataset(str(tmp_path)).describe()

@@ -58,6 +58,9 @@ def write_pages() -> None:
             with open(committed_path(hook.PAGE), "w", encoding="utf-8") as f:
                 f.write(content)
             print("wrote docs/%s" % hook.PAGE)
+    import layouts_table
+    if layouts_table.write_table():
+        print("wrote the layouts table of docs/%s" % layouts_table.PAGE)
     import results_tables
     for page in results_tables.write_tables():
         print("wrote the results tables of %s" % page)

@@ -53,8 +53,16 @@ def _name_warnings(names: Dict[int, str]) -> List[str]:
 
 
 def _shared_image_warnings(splits: Dict[str, Sequence[ImageRecord]]) -> List[str]:
-    """Images in two splits: the same file, or files with the same bytes (compared only where
-    sizes match, so that a large dataset is not read whole)."""
+    """A split that lists the very images of another (a data.yaml whose val is its train
+    folder); else images in two splits: the same file, or files with the same bytes (compared
+    only where sizes match, so that a large dataset is not read whole)."""
+    files = {split: {os.path.realpath(r.path) for r in records}
+             for split, records in splits.items() if records}
+    order = list(files)
+    same = [(a, b) for i, a in enumerate(order) for b in order[i + 1:] if files[a] == files[b]]
+    if same:
+        return ["the %s split is the %s split (the same %d images): evaluation then scores "
+                "the images the model trained on" % (b, a, len(files[a])) for a, b in same]
     by_size = collections.defaultdict(dict)  # {size: {(device, inode): (split, path)}}
     for split, records in splits.items():
         for record in records:

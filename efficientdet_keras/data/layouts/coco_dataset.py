@@ -39,6 +39,7 @@ def coco_dataset(path: str, splits: Dict[str, tuple], data_format: str = "coco",
     notes = ["category %r is the others' supercategory (Roboflow's root category), yet %d "
              "boxes use it: kept as a class; relabel those boxes or drop the category" % root
              ] if root else []
+    notes += _unmarked_root_note(first["categories"], first["annotations"], classes)
 
     def loader(json_file, image_dir):
         def load():
@@ -56,6 +57,19 @@ def coco_dataset(path: str, splits: Dict[str, tuple], data_format: str = "coco",
         json_file, image_dir = splits[name]
         found[name] = DataSplit(name, json_file, loader(json_file, image_dir))
     return Dataset(path, data_format, classes, found, skipped, notes, title)
+
+
+def _unmarked_root_note(categories, annotations, classes) -> list:
+    """A note for a category 0 that looks like Roboflow's root (supercategory "none", no box)
+    while the others do not name it as their supercategory (so it is kept as a class)."""
+    root = next((c for c in categories if isinstance(c, dict) and c.get("id") == 0), None)
+    if root is None or root.get("supercategory") != "none" or len(categories) < 2 or \
+            0 not in classes.data_ids.values() or \
+            any(isinstance(a, dict) and a.get("category_id") == 0 for a in annotations):
+        return []
+    return ["category %r (id 0, supercategory \"none\", no boxes) looks like Roboflow's root "
+            "category, but the other categories do not name it as theirs: kept as a class the "
+            "model never sees; drop it from the categories if it is the root" % root.get("name")]
 
 
 def _check_same_categories(json_file: str, data: dict, first_file: str, first: dict) -> None:

@@ -23,10 +23,16 @@ def named_boxes_dataset(path: str, data_format: str, splits: Dict[str, tuple],
     else:
         classes = named_classes(used)
 
-    def loader(images):
-        return lambda: RecordsSource(named_records(images, classes.names))
+    def loader(split, location, images):
+        def load():
+            records = named_records(images, classes.names)
+            if not records:
+                raise ValueError("%s: no image of the %s split was read (the warnings above "
+                                 "say why)" % (location, split))
+            return RecordsSource(records)
+        return load
 
-    found = {split: DataSplit(split, location, loader(images))
+    found = {split: DataSplit(split, location, loader(split, location, images))
              for split, (location, images) in sorted(splits.items(),
                                                     key=lambda kv: SPLITS.index(kv[0]))}
     return Dataset(path, data_format, classes, found, notes=list(notes), title=title)

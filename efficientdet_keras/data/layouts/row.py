@@ -27,7 +27,7 @@ class Found:
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """name: the layout's key (`open_dataset(layout=...)`, --data_layout);
+    """name: the layout's key (`open_dataset(layout=...)`);
     data_format: what the Dataset is read as (`Dataset.format`: several layouts are YOLO);
     title: what describe() and the --data help call it;
     writers, recognised, splits: the data guide's table (Markdown);
