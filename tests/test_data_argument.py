@@ -168,3 +168,23 @@ def test_a_dataset_converted_to_tfrecords_reads_back_and_checks(tmp_path):
     numbers = json.loads((tmp_path / "check.json").read_text())
     assert numbers["images"] == 2
     assert [(c["name"], c["boxes"]) for c in numbers["classes"]] == [("gadget", 1), ("widget", 1)]
+
+
+@pytest.mark.quick
+def test_a_folder_of_two_datasets_stops_with_one_line_and_data_layout_picks_one(tmp_path):
+    """A YOLO and a COCO export in one folder: every tool's --data group has --data_layout."""
+    data = str(tmp_path / "both")
+    dataset_layouts.write_yolo(data, train=2, val=1)
+    dataset_layouts.write_coco_folder(data, train=2, val=1)
+    tool = os.path.join(TOOLS, "check_data.py")
+    runs = [subprocess.Popen([python(), tool, "--data=" + data, "--output_png=", *extra],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for extra in ([], ["--data_layout=coco"])]
+    (_, refused), (picked, err) = [run.communicate(timeout=300) for run in runs]
+    assert runs[0].returncode != 0
+    assert refused.strip().splitlines()[-1].endswith(
+        "holds two datasets: YOLO (data.yaml) and COCO JSON (annotations/instances_train.json, "
+        "annotations/instances_val.json); name the one to read with --data_layout=yolo or "
+        "--data_layout=coco (open_dataset(path, layout=...))")
+    assert runs[1].returncode == 0, err[-3000:]
+    assert picked.startswith("Data: %s, COCO JSON" % data)

@@ -88,3 +88,34 @@ def test_the_data_guide_table_is_the_registry_s():
     assert hook.render_page(page) == page, "run make docs"
     for layout in LAYOUTS:
         assert "| `%s` | %s |" % (layout.name, layout.writers) in page
+
+
+def test_two_datasets_in_one_folder_are_named_with_the_flag_that_picks_one(tmp_path):
+    """A YOLO export and a COCO export side by side: taking either would be a guess."""
+    SAMPLES["yolo"](str(tmp_path))
+    coco = SAMPLES["coco"](str(tmp_path))
+    with pytest.raises(ValueError) as refused:
+        open_dataset(str(tmp_path))
+    assert str(refused.value) == (
+        "%s holds two datasets: YOLO (data.yaml) and COCO JSON (annotations/instances_train.json,"
+        " annotations/instances_val.json); name the one to read with --data_layout=yolo or "
+        "--data_layout=coco (open_dataset(path, layout=...))" % tmp_path)
+    dataset = open_dataset(str(tmp_path), layout="coco")
+    assert dataset.format == "coco" and read_back(dataset, "val") == {
+        file: [(cls, list(box)) for cls, box in objects] for file, objects in coco["val"].items()}
+    assert open_dataset(str(tmp_path), layout="yolo").format == "yolo"
+
+
+def test_files_two_layouts_read_alike_are_one_dataset(tmp_path):
+    """A VOC year folder's XMLs are VOC XMLs in a folder too, and TFRecords' ground truth is
+    a COCO JSON beside them: one dataset each, read as the earlier layout."""
+    SAMPLES["voc"](str(tmp_path / "voc"))
+    assert open_dataset(str(tmp_path / "voc")).title == "Pascal VOC"
+    from dataset_layouts import write_coco_json
+    os.makedirs(tmp_path / "records")
+    SAMPLES["tfrecord"](str(tmp_path / "records"))
+    write_coco_json(str(tmp_path / "records" / "records-val.json"),
+                    str(tmp_path / "records" / "images"), 1, (1, 2))
+    dataset = open_dataset(str(tmp_path / "records"))
+    assert dataset.format == "tfrecord"
+    assert dataset.split("val").ground_truth_file.endswith("records-val.json")

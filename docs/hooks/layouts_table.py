@@ -23,7 +23,7 @@ STALE_MESSAGE = "%s: the layouts table is not the registry's: run make docs"
 
 def render_table() -> str:
     from efficientdet_keras.data.layouts.registry import LAYOUTS
-    lines = ["| name | layout | what is looked for | splits |", "|---|---|---|---|"]
+    lines = ["| `--data_layout` | layout | what is looked for | splits |", "|---|---|---|---|"]
     lines += ["| `%s` | %s | %s | %s |" % (layout.name, layout.writers, layout.recognised,
                                            layout.splits) for layout in LAYOUTS]
     return "\n".join(lines) + "\n"

@@ -31,9 +31,8 @@ from efficientdet_keras.workflows.train import user_config_keys
 TOOL = "efficientdet-check-data"
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("data", "", flag_groups.data_help("Its classes are the check's."))
+flag_groups.define_data("Its classes are the check's.")
 flags.DEFINE_string("data_split", "train", "--data: the split to check (train, val or test).")
-flag_groups.define_voc_origin()
 flags.DEFINE_string("file_pattern", "", "TFRecord pattern(s) to check (comma-separated).")
 flags.DEFINE_string("json_file", "", "A COCO instances JSON to check (with --image_dir).")
 flags.DEFINE_string("image_dir", "", "The image folder of --json_file.")
@@ -86,7 +85,8 @@ def make_source_and_label_map(args, config):
     if args.data:
         from efficientdet_keras.data.formats.classes import classes_into_config
         from efficientdet_keras.data.datasets import open_dataset
-        dataset = open_dataset(args.data, flag_groups.voc_origin(args.voc_pixel_origin))
+        options = flag_groups.data_options(args)
+        dataset = open_dataset(args.data, options["voc_origin"], options["data_layout"])
         source = dataset.source(args.data_split)
         print(dataset.describe([args.data_split]))
         for warning in classes_into_config(config, dataset.classes,

@@ -44,10 +44,9 @@ from efficientdet_keras.cli.flag_groups import flag_values
 TOOL = "efficientdet-create-tfrecord"
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("data", "", flag_groups.data_help(
+flag_groups.define_data(
     "Writes every split as <output_prefix>-<split>-*.tfrecord with <output_prefix>-<split>.json, "
-    "and label_map.json beside them."))
-flag_groups.define_voc_origin()
+    "and label_map.json beside them.")
 flags.DEFINE_enum("input_format", None, ["coco", "voc"], "The annotation format to read "
                   "(without --data).")
 flags.DEFINE_string("coco_json", "", "COCO: the instances JSON file.")
@@ -132,7 +131,8 @@ def conversion_jobs(args):
     label_map = read_label_map_file(args.label_map) if args.label_map else None
     if args.data:
         from efficientdet_keras.data.datasets import open_dataset
-        dataset = open_dataset(args.data, flag_groups.voc_origin(args.voc_pixel_origin))
+        options = flag_groups.data_options(args)
+        dataset = open_dataset(args.data, options["voc_origin"], options["data_layout"])
         print(dataset.describe())
         label_map = label_map or dataset.classes.names
         return [("%s-%s" % (args.output_prefix, name), split.records,

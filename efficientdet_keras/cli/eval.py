@@ -55,10 +55,9 @@ flags.DEFINE_string("ckpt", "", "A checkpoint: a prefix, a directory (its latest
                     "runs/x/last, or a released model's name such as efficientdet-d0 "
                     "(downloaded once); default: latest in model_dir.")
 flags.DEFINE_string("hparams", "", HPARAMS_HELP)
-flags.DEFINE_string("data", "", flag_groups.data_help(
-    "Evaluates its --data_split, with its ground truth."))
+flag_groups.define_data(
+    "Evaluates its --data_split, with its ground truth.")
 flags.DEFINE_string("data_split", "", "--data: the split to evaluate (default: val, else test).")
-flag_groups.define_voc_origin()
 flags.DEFINE_string("val_file_pattern", "", "TFRecord pattern(s) of the evaluation images.")
 flags.DEFINE_string("val_json_file", "", "COCO ground-truth JSON. With --image_dir and no "
                     "--val_file_pattern it is also the image list. Without it, ground truth comes "
@@ -145,7 +144,7 @@ def main(argv):
                 batch_size=FLAGS.batch_size, max_images=FLAGS.eval_samples or None,
                 backend=FLAGS.backend, use_ema=FLAGS.use_ema, num_threads=FLAGS.num_threads,
                 progress=FLAGS.progress,
-                voc_origin=flag_groups.voc_origin(FLAGS.voc_pixel_origin), **val_parts)
+                **flag_groups.data_options(FLAGS), **val_parts)
 
 
 def run():

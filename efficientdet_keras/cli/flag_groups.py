@@ -39,6 +39,25 @@ def data_help(what: str) -> str:
             "classes found from what its files hold (%s). %s" % (", ".join(titles()), what))
 
 
+def define_data(what: str) -> None:
+    """--data, and what a user can say of it that its files do not: --voc_pixel_origin and
+    --data_layout. The one flag group of every tool that reads a dataset."""
+    from efficientdet_keras.data.layouts.registry import LAYOUTS
+    flags.DEFINE_string("data", "", data_help(what))
+    define_voc_origin()
+    flags.DEFINE_enum("data_layout", "auto", ["auto"] + [layout.name for layout in LAYOUTS],
+                      "--data: the layout to read it as, when a folder holds two (auto: the one "
+                      "its files show; the data guide lists the names).")
+
+
+def data_options(flag_values) -> dict:
+    """The --data flag group's voc_origin and data_layout, as open_dataset and the workflows
+    take them."""
+    layout = flag_values.data_layout
+    return {"voc_origin": voc_origin(flag_values.voc_pixel_origin),
+            "data_layout": None if layout == "auto" else layout}
+
+
 def define_voc_origin() -> None:
     """--voc_pixel_origin: the pixel VOC boxes of a --data folder start from."""
     flags.DEFINE_enum("voc_pixel_origin", "auto", ["auto", "0", "1"],

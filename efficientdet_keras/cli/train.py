@@ -73,7 +73,7 @@ def main(argv):
     if problem or FLAGS.eval_images < 0:
         sys.exit("%s: %s" % (TOOL, problem or "--eval_images must be >= 0 (0: no images)"))
     spec = DataSpec(FLAGS.data or None, FLAGS.demo, FLAGS.demo_images, **parts,
-                    voc_origin=flag_groups.voc_origin(FLAGS.voc_pixel_origin))
+                    **flag_groups.data_options(FLAGS))
     overrides = {"batch_size": FLAGS.batch_size, "num_epochs": FLAGS.num_epochs,
                  "patience": FLAGS.patience, "time_budget": FLAGS.time_budget,
                  "steps_per_execution": FLAGS.steps_per_execution, "jit_compile": FLAGS.use_xla,

@@ -19,10 +19,9 @@ flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDe
                     "efficientdet-d0 ... efficientdet-d7x or efficientdet-lite0 ... lite4.")
 flags.DEFINE_string("model_dir", "", "Where checkpoints, logs and config.yaml go.")
 flags.DEFINE_string("hparams", "", HPARAMS_HELP)
-flags.DEFINE_string("data", "", flag_groups.data_help(
+flag_groups.define_data(
     "Trains on its train split, evaluates on val (else test); num_classes and label_map come "
-    "from the data unless --hparams sets them."))
-flag_groups.define_voc_origin()
+    "from the data unless --hparams sets them.")
 flags.DEFINE_string("train_file_pattern", "", "TFRecord pattern(s) of the training data.")
 flags.DEFINE_string("val_file_pattern", "", "TFRecord pattern(s) of the validation data.")
 flags.DEFINE_string("val_json_file", "", "COCO JSON ground truth of the validation data "

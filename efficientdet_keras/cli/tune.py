@@ -29,11 +29,10 @@ flags.DEFINE_string("model_dir", "", "The search's folder: tune.db, trial-N/, tr
                     "best_hparams.yaml.")
 flags.DEFINE_integer("trials", 10, "Trials the search has when done (finished or stopped "
                      "early), counting those of an earlier start.", lower_bound=1)
-flags.DEFINE_string("data", "", flag_groups.data_help(
-    "Its val (else test) split scores the trials."))
+flag_groups.define_data(
+    "Its val (else test) split scores the trials.")
 flags.DEFINE_bool("demo", False, "Search on the built-in synthetic shapes.")
 flags.DEFINE_integer("demo_images", 1000, "Images of the demo dataset.", lower_bound=8)
-flag_groups.define_voc_origin()
 flags.DEFINE_string("model_name", "efficientdet-d0", "Model from the EfficientDet family: "
                     "efficientdet-d0 ... efficientdet-d7x or efficientdet-lite0 ... lite4.")
 flags.DEFINE_string("pretrained_ckpt", "", "The detector checkpoint every trial fine-tunes: a "
@@ -56,7 +55,7 @@ def main(argv):
     result = run_or_exit(
         TOOL, tune, FLAGS.model_dir, trials=FLAGS.trials, data=FLAGS.data or None,
         demo=FLAGS.demo, demo_images=FLAGS.demo_images,
-        voc_origin=flag_groups.voc_origin(FLAGS.voc_pixel_origin), model=FLAGS.model_name,
+        **flag_groups.data_options(FLAGS), model=FLAGS.model_name,
         pretrained=FLAGS.pretrained_ckpt or None, hparams=FLAGS.hparams,
         seed=FLAGS.tf_random_seed, eval_samples=FLAGS.eval_samples, eval_images=0,
         config_overrides={"num_epochs": FLAGS.num_epochs, "batch_size": FLAGS.batch_size})

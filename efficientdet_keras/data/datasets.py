@@ -16,12 +16,12 @@ numbers them, and the records carry those ids whatever the data's own numbering.
 """
 
 import os
-from typing import Optional
+from typing import Optional, Sequence
 
 from efficientdet_keras.data.dataset_object import Dataset
 from efficientdet_keras.data.layouts.coco_dataset import coco_dataset
 from efficientdet_keras.data.layouts.registry import LAYOUTS, get_layout, refusal
-from efficientdet_keras.data.layouts.row import ReadOptions
+from efficientdet_keras.data.layouts.row import Found, Layout, ReadOptions
 
 __all__ = ["open_dataset", "coco_dataset"]
 
@@ -42,13 +42,44 @@ def open_dataset(path: str, voc_origin: Optional[int] = None,
     if not os.path.exists(path):
         raise FileNotFoundError("dataset %s does not exist" % path)
     options = ReadOptions(voc_origin=voc_origin)
-    rows = (get_layout(layout),) if layout else LAYOUTS
-    for row in rows:
+    if layout:
+        row = get_layout(layout)
+        found = row.find(path)
+        if found is None:
+            raise ValueError("%s does not hold %s: looked for %s" % (path, row.title, row.sign))
+        return row.read(found, options)
+    for index, row in enumerate(LAYOUTS):
         found = row.find(path)
         if found is not None:
+            _refuse_a_rival(path, row, found, LAYOUTS[index + 1:])
             return row.read(found, options)
-    if layout:
-        raise ValueError("%s does not hold %s: looked for %s" % (path, rows[0].title, rows[0].sign))
     if os.path.isfile(path):
         raise ValueError("%s: a dataset file is a YOLO .yaml, a COCO .json or a .tfrecord" % path)
     raise ValueError(refusal(path))
+
+
+def _refuse_a_rival(path: str, first: Layout, found: Found, later: Sequence[Layout]) -> None:
+    """Raises ValueError naming both layouts and the way to pick one when a later layout,
+    read as another format, claims annotation files the first does not: two datasets in one
+    folder (a YOLO export beside a COCO one), where taking the first would be a guess."""
+    if first.fallback or os.path.isfile(path):
+        return
+    for row in later:
+        if row.fallback or row.data_format == first.data_format:
+            continue
+        try:
+            other = row.find(path)
+        except (OSError, ValueError):  # Not a clean fit: no rival.
+            continue
+        if other is not None and other.claims and not found.shares_files_with(other):
+            raise ValueError(
+                "%s holds two datasets: %s (%s) and %s (%s); name the one to read with "
+                "--data_layout=%s or --data_layout=%s (open_dataset(path, layout=...))" % (
+                    path, first.title, _shown(found), row.title, _shown(other), first.name,
+                    row.name))
+
+
+def _shown(found: Found) -> str:
+    claims = [os.path.relpath(p, found.path if os.path.isdir(found.path) else
+                              os.path.dirname(found.path)) for p in found.claims]
+    return ", ".join(claims[:2]) + (", ..." if len(claims) > 2 else "")

@@ -58,13 +58,14 @@ def validation_data(config, *, data: Optional[str] = None, split: Optional[str] 
                     val_file_pattern: Optional[str] = None, val_json_file: Optional[str] = None,
                     image_dir: Optional[str] = None,
                     report: Optional[Callable[[str], None]] = None,
-                    voc_origin: Optional[int] = None) -> ValidationData:
+                    voc_origin: Optional[int] = None,
+                    data_layout: Optional[str] = None) -> ValidationData:
     """The data to score: a dataset folder's split (the model's classes compared with the
     data's; `report` gets its description), or TFRecords / COCO JSON with its image folder
     (ground truth: val_json_file, or the records)."""
     if data:
         return open_validation_data(data, config, split=split, report=report,
-                                    voc_origin=voc_origin)
+                                    voc_origin=voc_origin, data_layout=data_layout)
     if not (val_file_pattern or (val_json_file and image_dir)):
         raise ValueError("give data, val_file_pattern, or val_json_file with image_dir")
     from efficientdet_keras.data.sources import make_source
@@ -92,14 +93,14 @@ def build_evaluation(model: str, *, data: Optional[str] = None, split: Optional[
                      use_ema: bool = True, num_threads: Optional[int] = None,
                      progress: bool = True, outputs: Optional[EvaluationOutputs] = None,
                      report: Optional[Callable[[str], None]] = print,
-                     voc_origin: Optional[int] = None):
+                     voc_origin: Optional[int] = None, data_layout: Optional[str] = None):
     """(evaluation, ValidationData): a CheckpointEvaluation or an exported file's evaluation,
     its `run(checkpoint)` giving (path, metrics, timing). See `evaluate` for the arguments."""
     outputs = outputs or EvaluationOutputs()
     outputs.check()
     data_named = dict(data=data, split=split, val_file_pattern=val_file_pattern,
                       val_json_file=val_json_file, image_dir=image_dir, report=report,
-                      voc_origin=voc_origin)
+                      voc_origin=voc_origin, data_layout=data_layout)
     from efficientdet_keras.inference.loading import SAVED_MODEL_FILE
     if os.path.exists(os.path.join(model, SAVED_MODEL_FILE)):
         raise ValueError("%s is a detection SavedModel: evaluate the checkpoint it was exported "
@@ -163,7 +164,8 @@ def evaluate(model: str, *, data: Optional[str] = None, split: Optional[str] = N
         resize_mode, tta), batch_size, max_images, backend ("auto", "pycocotools",
         "faster_coco_eval"), use_ema, num_threads (an exported file's runtime), progress,
         report (called with the dataset's description; None: quiet), voc_origin (the pixel
-        VOC boxes of `data` start from, 0 or 1; None: found as `open_dataset` says).
+        VOC boxes of `data` start from, 0 or 1; None: found as `open_dataset` says),
+        data_layout (the layout to read `data` as; None: the one its files show).
 
     Returns:
       EvalResult.

@@ -75,7 +75,7 @@ def train(model_dir: str, *, data: Optional[str] = None, model: str = "efficient
           pretrained: Optional[str] = None, hparams="", evaluate: bool = True,
           parts: Optional[DataSpec] = None, demo: bool = False,
           demo_images: Optional[int] = None,
-          voc_origin: Optional[int] = None,
+          voc_origin: Optional[int] = None, data_layout: Optional[str] = None,
           strategy: str = "", tpu: Optional[dict] = None, seed: Optional[int] = None, debug: bool = False,
           num_examples_per_epoch: Optional[int] = None, eval_samples: Optional[int] = None,
           eval_images: int = 4, archive_keep: int = 3, profile: bool = False,
@@ -93,6 +93,8 @@ def train(model_dir: str, *, data: Optional[str] = None, model: str = "efficient
         hparams/demo.yaml).
       voc_origin: the pixel the VOC boxes of `data` start from, 0 or 1 (None: found as
         `open_dataset` says).
+      data_layout: the layout to read `data` as, a name in the data guide's table (None: the
+        one its files show; a folder that holds two datasets needs it).
       model: the family member, efficientdet-d0 ... d7x, efficientdet-lite0 ... lite4.
       pretrained: a detector checkpoint to fine-tune (its EMA values): a path or a released
         name such as "efficientdet-d0"; classes it knows by name keep its class rows.
@@ -121,7 +123,8 @@ def train(model_dir: str, *, data: Optional[str] = None, model: str = "efficient
     spec = parts or DataSpec()
     spec = dataclasses.replace(spec, data=data or spec.data, demo=demo or spec.demo,
                                demo_images=demo_images or spec.demo_images,
-                               voc_origin=spec.voc_origin if voc_origin is None else voc_origin)
+                               voc_origin=spec.voc_origin if voc_origin is None else voc_origin,
+                               data_layout=data_layout or spec.data_layout)
     from efficientdet_keras.training.runtime import get_strategy
     from efficientdet_keras.training.workers import is_chief
     from efficientdet_keras.utils.run_lock import RunLock

@@ -24,7 +24,8 @@ class DataSpec:
     `open_dataset` reads), `demo` (the built-in synthetic shapes, `demo_images` training
     images), or the parts: train_file_pattern / val_file_pattern (TFRecords), train_json with
     image_dir, val_json_file (COCO ground truth; with val_image_dir, also the image list).
-    voc_origin: the pixel VOC boxes of `data` start from, 0 or 1 (None: found)."""
+    voc_origin: the pixel VOC boxes of `data` start from, 0 or 1 (None: found).
+    data_layout: the registry's layout to read `data` as (None: the one its files show)."""
     data: Optional[str] = None
     demo: bool = False
     demo_images: int = 1000
@@ -35,6 +36,7 @@ class DataSpec:
     val_json_file: Optional[str] = None
     val_image_dir: Optional[str] = None
     voc_origin: Optional[int] = None
+    data_layout: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -108,7 +110,7 @@ def _open_dataset(spec: DataSpec, train: bool):
     the JSON); None for TFRecord parts."""
     from efficientdet_keras.data.datasets import coco_dataset, open_dataset
     if spec.data:
-        return open_dataset(spec.data, spec.voc_origin)
+        return open_dataset(spec.data, spec.voc_origin, spec.data_layout)
     if spec.train_json and train:
         splits = {"train": (spec.train_json, spec.image_dir)}
         if spec.val_json_file and spec.val_image_dir and not spec.val_file_pattern:

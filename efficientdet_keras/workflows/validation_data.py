@@ -65,7 +65,8 @@ def open_validation_data(data: str, config, *, split: Optional[str] = None,
                          fixed_keys: Iterable[str] = MODEL_CLASS_KEYS,
                          files_dir: Optional[str] = None, dataset=None,
                          report: Optional[Callable[[str], None]] = None,
-                         voc_origin: Optional[int] = None) -> ValidationData:
+                         voc_origin: Optional[int] = None,
+                         data_layout: Optional[str] = None) -> ValidationData:
     """The validation split of a dataset folder or file in any layout `open_dataset` reads.
 
     Args:
@@ -78,13 +79,14 @@ def open_validation_data(data: str, config, *, split: Optional[str] = None,
       dataset: the already opened dataset of `data`, if the caller has it.
       report: called with the dataset's description of the split (None: not described).
       voc_origin: the pixel VOC boxes start from, 0 or 1 (None: found; `open_dataset`).
+      data_layout: the layout to read `data` as (None: the one its files show).
 
     Raises:
       ValueError naming the dataset when it has no such split.
     """
     from efficientdet_keras.data.datasets import open_dataset
     dataset = match_classes_by_name(config, dataset if dataset is not None
-                                    else open_dataset(data, voc_origin), fixed_keys)
+                                    else open_dataset(data, voc_origin, data_layout), fixed_keys)
     split = split or dataset.validation_split()
     if split is None:
         raise ValueError("%s has no val or test split to evaluate on; name a split, train "

@@ -15,7 +15,7 @@ def find(path: str) -> Optional[Found]:
     from efficientdet_keras.data.formats.automl_csv import is_automl_csv
     tables = [f for f in sorted(glob.glob(os.path.join(glob.escape(path), "*.csv")))
               if is_automl_csv(f)]
-    return Found(path, tables[0]) if tables else None
+    return Found(path, tables[0], (tables[0],)) if tables else None
 
 
 def read(found: Found, options: ReadOptions):

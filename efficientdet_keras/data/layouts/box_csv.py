@@ -25,7 +25,8 @@ def find(path: str) -> Optional[Found]:
             if split and is_box_csv(os.path.join(path, table)):
                 tables.setdefault(split, []).append(os.path.join(path, table))
     tables = {split: files for split, files in tables.items() if files}
-    return Found(path, tables) if tables else None
+    return Found(path, tables, tuple(f for fs in tables.values() for f in fs)) \
+        if tables else None
 
 
 def read(found: Found, options: ReadOptions):

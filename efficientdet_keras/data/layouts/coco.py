@@ -10,12 +10,24 @@ from efficientdet_keras.data.layouts.row import Found, Layout, ReadOptions
 
 
 def find(path: str) -> Optional[Found]:
-    """The .json given, else annotations/*.json, else *.json in the folder."""
+    """The .json given, else annotations/*.json, else *.json in the folder. It claims the
+    files that look like COCO (an "images" key near their start); files of which none does
+    are still read as COCO, to be refused by name, but claim nothing."""
     if os.path.isfile(path):
-        return Found(path, [path]) if path.lower().endswith(".json") else None
+        return Found(path, [path], (path,)) if path.lower().endswith(".json") else None
     jsons = sorted(glob.glob(os.path.join(glob.escape(path), "annotations", "*.json"))) or \
         sorted(glob.glob(os.path.join(glob.escape(path), "*.json")))
-    return Found(path, jsons) if jsons else None
+    return Found(path, jsons, tuple(filter(_looks_like_coco, jsons))) if jsons else None
+
+
+def _looks_like_coco(json_file: str) -> bool:
+    """An "images" key in the first 64 KiB: after COCO's info and licenses, before its
+    annotations; a label map, a Label Studio notes.json or a class hierarchy has none."""
+    try:
+        with open(json_file, "rb") as f:
+            return b'"images"' in f.read(1 << 16)
+    except OSError:
+        return False
 
 
 def read(found: Found, options: ReadOptions):

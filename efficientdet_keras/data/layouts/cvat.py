@@ -20,7 +20,7 @@ def find(path: str) -> Optional[Found]:
     files = [f for where in (path, os.path.join(path, "annotations"))
              for f in sorted(glob.glob(os.path.join(glob.escape(where), "*.xml")))
              if is_cvat_file(f)] + list(in_splits)
-    return Found(path, (files, in_splits)) if files else None
+    return Found(path, (files, in_splits), tuple(files)) if files else None
 
 
 def read(found: Found, options: ReadOptions):

@@ -17,14 +17,15 @@ def find(path: str) -> Optional[Found]:
                                                                read_labelled_folder)
     from efficientdet_keras.data.split_names import split_folders
     if os.path.isfile(os.path.join(path, "obj.data")):
-        return Found(path, read_darknet_data(os.path.join(path, "obj.data")))
+        return Found(path, read_darknet_data(os.path.join(path, "obj.data")),
+                     claims=(os.path.join(path, "obj.data"),))
     folders = split_folders(path)
     names_file = classes_file(path) or next(
         (f for f in map(classes_file, folders.values()) if f), None)
     if names_file is None:
         return None
     layout = read_labelled_folder(path, names_file, folders)
-    return Found(path, layout) if layout else None
+    return Found(path, layout, (names_file,)) if layout else None
 
 
 def read(found: Found, options: ReadOptions):

@@ -33,7 +33,8 @@ def find_exports(path: str, data_format: str) -> Optional[Found]:
         raise ValueError("%s holds exports of %s; keep one format" % (path, " and ".join(formats)))
     if formats != [data_format]:
         return None
-    return Found(path, {f: (split, data) for f, (_, split, data) in exports.items()})
+    return Found(path, {f: (split, data) for f, (_, split, data) in exports.items()},
+                 tuple(exports))
 
 
 def read_exports(found: Found, data_format: str, title: str):

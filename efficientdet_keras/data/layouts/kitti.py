@@ -17,7 +17,7 @@ def find(path: str) -> Optional[Found]:
     from efficientdet_keras.data.split_names import split_folders_below
     folders = split_folders_below(path, lambda folder, files: any(
         f.lower().endswith(".txt") for f in files) and is_kitti_folder(folder), depth=3)
-    return Found(path, folders) if folders else None
+    return Found(path, folders, tuple(folders.values())) if folders else None
 
 
 def read(found: Found, options: ReadOptions):

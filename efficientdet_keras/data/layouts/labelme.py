@@ -16,7 +16,8 @@ def find(path: str) -> Optional[Found]:
     folders = split_folders(path) or {"train": path}
     files = {split: labelme_files(folder) for split, folder in folders.items()}
     files = {split: (folders[split], found) for split, found in files.items() if found}
-    return Found(path, files) if files else None
+    return Found(path, files, tuple(f for _, found in files.values() for f in found)) \
+        if files else None
 
 
 def read(found: Found, options: ReadOptions):

@@ -13,7 +13,7 @@ def find(path: str) -> Optional[Found]:
         return None
     from efficientdet_keras.data.formats.open_images import box_files
     files = box_files(path)
-    return Found(path, files) if files else None
+    return Found(path, files, tuple(files.values())) if files else None
 
 
 def read(found: Found, options: ReadOptions):

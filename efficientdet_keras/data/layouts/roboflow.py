@@ -18,7 +18,7 @@ def find(path: str) -> Optional[Found]:
     files = {split_name(os.path.basename(os.path.dirname(f))): f for f in sorted(
         glob.glob(os.path.join(glob.escape(path), "*", ROBOFLOW_ANNOTATIONS)))}
     files.pop(None, None)
-    return Found(path, files) if files else None
+    return Found(path, files, tuple(files.values())) if files else None
 
 
 def read(found: Found, options: ReadOptions):

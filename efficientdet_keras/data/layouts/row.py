@@ -7,7 +7,8 @@ find and read.
 """
 
 import dataclasses
-from typing import Any, Callable, Optional
+import os
+from typing import Any, Callable, Optional, Tuple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,21 +20,32 @@ class ReadOptions:
 
 @dataclasses.dataclass(frozen=True)
 class Found:
-    """What a layout's find() found: the dataset's folder or file, and the `parts` its read()
-    takes (its files, folders or splits)."""
+    """What a layout's find() found: the dataset's folder or file, the `parts` its read()
+    takes (its files, folders or splits), and the files and folders of annotations it
+    `claims`: two layouts that claim none of the same are two datasets in one folder."""
     path: str
     parts: Any = None
+    claims: Tuple[str, ...] = ()
+
+    def shares_files_with(self, other: "Found") -> bool:
+        """Whether the two claim one file, or one claims a folder the other's files are in."""
+        def inside(a, b):
+            return a == b or a.startswith(b.rstrip(os.sep) + os.sep)
+        mine = [os.path.abspath(p) for p in self.claims]
+        theirs = [os.path.abspath(p) for p in other.claims]
+        return any(inside(a, b) or inside(b, a) for a in mine for b in theirs)
 
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """name: the layout's key (`open_dataset(layout=...)`);
+    """name: the layout's key (`open_dataset(layout=...)`, --data_layout);
     data_format: what the Dataset is read as (`Dataset.format`: several layouts are YOLO);
     title: what describe() and the --data help call it;
     writers, recognised, splits: the data guide's table (Markdown);
     sign: what the refusal line says was looked for, in a few words;
     find(path): the Found that read() takes, None when `path` (a folder or a file) does not hold it;
-    read(found, options): the Dataset."""
+    read(found, options): the Dataset;
+    fallback: read only when no other layout fits, so never another's rival."""
     name: str
     data_format: str
     title: str
@@ -43,3 +55,4 @@ class Layout:
     sign: str
     find: Callable[[str], Optional[Found]]
     read: Callable[[Found, ReadOptions], Any]
+    fallback: bool = False

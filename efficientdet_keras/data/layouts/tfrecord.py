@@ -22,10 +22,12 @@ def is_tfrecord_name(file_name: str) -> bool:
 def find(path: str) -> Optional[Found]:
     """The TFRecord file given, else the folder's TFRecord files."""
     if os.path.isfile(path):
-        return Found(path, [path]) if is_tfrecord_name(path) else None
+        return Found(path, [path], (path,)) if is_tfrecord_name(path) else None
     records = sorted({f for pattern in TFRECORD_NAMES
                       for f in glob.glob(os.path.join(glob.escape(path), pattern))})
-    return Found(path, records) if records else None
+    # The label map and the ground truth JSON written beside them are theirs too.
+    beside = glob.glob(os.path.join(glob.escape(path), "*.json"))
+    return Found(path, records, tuple(records + beside)) if records else None
 
 
 def read(found: Found, options: ReadOptions):

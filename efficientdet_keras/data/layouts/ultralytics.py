@@ -11,9 +11,9 @@ from efficientdet_keras.data.layouts.row import Found, Layout, ReadOptions
 def find(path: str) -> Optional[Found]:
     """The .yaml given, else the folder's data.yaml, else the one .yaml in it with `names`."""
     if os.path.isfile(path):
-        return Found(path) if path.lower().endswith((".yaml", ".yml")) else None
+        return Found(path, claims=(path,)) if path.lower().endswith((".yaml", ".yml")) else None
     if os.path.isfile(os.path.join(path, "data.yaml")):
-        return Found(os.path.join(path, "data.yaml"))
+        return Found(os.path.join(path, "data.yaml"), claims=(os.path.join(path, "data.yaml"),))
     import yaml
     from efficientdet_keras.utils.yaml_files import load_yaml_file
     for candidate in sorted(glob.glob(os.path.join(glob.escape(path), "*.y*ml"))):
@@ -22,7 +22,7 @@ def find(path: str) -> Optional[Found]:
         except (OSError, yaml.YAMLError, UnicodeDecodeError):
             continue
         if isinstance(content, dict) and "names" in content:
-            return Found(candidate)
+            return Found(candidate, claims=(candidate,))
     return None
 
 

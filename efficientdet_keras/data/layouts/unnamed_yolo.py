@@ -13,7 +13,7 @@ def find(path: str) -> Optional[Found]:
     from efficientdet_keras.data.formats.yolo_darknet import unnamed_labelled_folder
     from efficientdet_keras.data.split_names import split_folders
     layout = unnamed_labelled_folder(path, split_folders(path))
-    return Found(path, layout) if layout else None
+    return Found(path, layout, (path,)) if layout else None
 
 
 def read(found: Found, options: ReadOptions):
@@ -33,4 +33,4 @@ LAYOUT = Layout(
                "and no `classes.txt`, `obj.names` or `data.yaml`: read last, the classes named "
                "by their ids, and the printout says where `classes.txt` would name them",
     splits="the folder names (the folder itself is train)",
-    sign="YOLO label files", find=find, read=read)
+    sign="YOLO label files", find=find, read=read, fallback=True)

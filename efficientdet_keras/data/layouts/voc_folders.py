@@ -26,7 +26,7 @@ def find(path: str) -> Optional[Found]:
         folders = split_folders_below(path, lambda folder, files: any(
             is_voc_annotation(os.path.join(folder, f))
             for f in sorted(f for f in files if f.lower().endswith(".xml"))[:10]))
-    return Found(path, folders) if folders else None
+    return Found(path, folders, tuple(folders.values())) if folders else None
 
 
 def read(found: Found, options: ReadOptions):

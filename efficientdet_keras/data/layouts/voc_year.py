@@ -10,7 +10,7 @@ def find(path: str):
     """The folder, when it holds Annotations/ and ImageSets/Main/."""
     if os.path.isdir(os.path.join(path, "Annotations")) and \
             os.path.isdir(os.path.join(path, "ImageSets", "Main")):
-        return Found(path)
+        return Found(path, claims=(os.path.join(path, "Annotations"),))
     return None
 
 
