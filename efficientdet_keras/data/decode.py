@@ -120,7 +120,7 @@ def _read_and_decode(raw: Dict[str, tf.Tensor], problem: tf.Tensor):
             tf.equal(tf.strings.length(data), 0), "zero bytes",
             tf.where(tf.equal(image_format, ""),
                      tf.strings.join([tf.strings.as_string(tf.strings.length(data)),
-                                      " bytes that are not a JPEG, PNG, GIF or BMP image"]),
+                                      " bytes that are not a JPEG, PNG, GIF, BMP or WebP image"]),
                      tf.strings.join(["corrupt or truncated ", image_format, " data"])))
 
     details = {"unreadable_image_files":

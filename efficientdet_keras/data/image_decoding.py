@@ -5,18 +5,23 @@ import tensorflow as tf
 
 from efficientdet_keras.data.image_limits import MAX_IMAGE_PIXELS
 
-# File signatures of the formats tf.io.decode_image reads.
-IMAGE_SIGNATURES = {b"\xff\xd8\xff": "jpeg", b"\x89PNG\r\n\x1a\n": "png", b"GIF87a": "gif",
-                    b"GIF89a": "gif", b"BM": "bmp"}
+from efficientdet_keras.data.formats.image_signatures import (TENSORFLOW_SIGNATURES,
+                                                               tensorflow_decodes_webp)
 
 
 def image_format_graph(data: tf.Tensor) -> tf.Tensor:
-    """The format name ("jpeg", "png", "gif", "bmp") of image bytes from their signature,
-    or "" (string scalar)."""
+    """The format name ("jpeg", "png", "gif", "bmp", "webp") of image bytes from their
+    signature, or "" (string scalar)."""
     name = tf.constant("")
-    for signature, format_name in IMAGE_SIGNATURES.items():
+    for signature, format_name in TENSORFLOW_SIGNATURES.items():
         matches = tf.equal(tf.strings.substr(data, 0, len(signature)), signature)
         name = tf.where(matches, format_name, name)
+    if tensorflow_decodes_webp():  # RIFF, the file's length, WEBP (padded: substr's
+        # position may not pass the end of a shorter string).
+        head = tf.strings.join([tf.strings.substr(data, 0, 12), b"\0" * 12])
+        webp = tf.logical_and(tf.equal(tf.strings.substr(head, 0, 4), b"RIFF"),
+                              tf.equal(tf.strings.substr(head, 8, 4), b"WEBP"))
+        name = tf.where(webp, "webp", name)
     return name
 
 
@@ -29,10 +34,23 @@ def _unsigned(data: tf.Tensor, offset: int, size: int, big_endian: bool) -> tf.T
     return tf.reduce_sum(tf.cast(raw, tf.int64) * tf.constant(weights, tf.int64))
 
 
+def _webp_pixels(data: tf.Tensor) -> tf.Tensor:
+    """The pixels of a WebP's canvas (VP8X), lossless (VP8L) or lossy (VP8) frame header."""
+    chunk = tf.strings.substr(tf.strings.join([data, b"\0" * 16]), 12, 4)
+    extended = (_unsigned(data, 24, 3, False) + 1) * (_unsigned(data, 27, 3, False) + 1)
+    bits = _unsigned(data, 21, 4, False)
+    lossless = (tf.bitwise.bitwise_and(bits, 0x3FFF) + 1) * (
+        tf.bitwise.bitwise_and(tf.bitwise.right_shift(bits, 14), 0x3FFF) + 1)
+    lossy = tf.bitwise.bitwise_and(_unsigned(data, 26, 2, False), 0x3FFF) * \
+        tf.bitwise.bitwise_and(_unsigned(data, 28, 2, False), 0x3FFF)
+    return tf.where(tf.equal(chunk, b"VP8X"), extended,
+                    tf.where(tf.equal(chunk, b"VP8L"), lossless, lossy))
+
+
 def header_pixels(data: tf.Tensor, image_format: tf.Tensor) -> tf.Tensor:
     """The pixel count the image's header claims (int64 scalar), read without decoding: the
     JPEG frame header (an error when it has none), PNG's IHDR, GIF's logical screen, BMP's
-    info header; 0 for other bytes."""
+    info header, WebP's frame or canvas header; 0 for other bytes."""
     def jpeg():
         shape = tf.cast(tf.image.extract_jpeg_shape(data), tf.int64)
         return shape[0] * shape[1]
@@ -42,7 +60,8 @@ def header_pixels(data: tf.Tensor, image_format: tf.Tensor) -> tf.Tensor:
     bmp_height = tf.where(bmp_height >= 2 ** 31, 2 ** 32 - bmp_height, bmp_height)
     bmp = _unsigned(data, 18, 4, False) * bmp_height
     known = tf.where(tf.equal(image_format, "png"), png, tf.where(
-        tf.equal(image_format, "gif"), gif, tf.where(tf.equal(image_format, "bmp"), bmp, 0)))
+        tf.equal(image_format, "gif"), gif, tf.where(tf.equal(image_format, "bmp"), bmp, tf.where(
+            tf.equal(image_format, "webp"), _webp_pixels(data), 0))))
     return tf.cond(tf.equal(image_format, "jpeg"), jpeg, lambda: known)
 
 
@@ -56,7 +75,13 @@ def decode_unless_oversized(data: tf.Tensor):
 
 
 def _decode_image(data: tf.Tensor) -> tf.Tensor:
-    """uint8 [H, W, 3]: greyscale and RGBA become RGB, CMYK JPEG RGB, 16-bit PNG 8-bit."""
-    image = tf.io.decode_image(data, channels=3, expand_animations=False, dtype=tf.uint8)
+    """uint8 [H, W, 3]: greyscale and RGBA become RGB, CMYK JPEG RGB, 16-bit PNG 8-bit; a
+    WebP's alpha (which its decoder keeps whatever channels are asked for) is dropped."""
+    def webp():
+        return tf.io.decode_image(data, channels=0, expand_animations=False,
+                                  dtype=tf.uint8)[:, :, :3]
+    image = tf.cond(tf.equal(image_format_graph(data), "webp"), webp,
+                    lambda: tf.io.decode_image(data, channels=3, expand_animations=False,
+                                               dtype=tf.uint8))
     image.set_shape([None, None, 3])
     return image

@@ -54,7 +54,8 @@ class RecordsSource:
     def __init__(self, records: Sequence[ImageRecord]):
         if not records:
             raise ValueError("The data source holds no images")
-        self.records = list(records)
+        from efficientdet_keras.data.readable_images import tensorflow_readable
+        self.records = tensorflow_readable(records)
 
     def raw_dataset(self, input_context: Optional[tf.distribute.InputContext], shuffle: bool,
                     seed: Optional[int]) -> tf.data.Dataset:

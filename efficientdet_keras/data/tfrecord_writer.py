@@ -19,7 +19,7 @@ from efficientdet_keras.data.decode import decode_and_clean
 from efficientdet_keras.data.formats.records import raw_dataset_from_records
 from efficientdet_keras.data.formats.tf_example import record_to_tf_example
 from efficientdet_keras.data.health import DataHealth
-from efficientdet_keras.data.image_decoding import IMAGE_SIGNATURES
+from efficientdet_keras.data.formats.image_signatures import signature_format, tensorflow_reads
 from efficientdet_keras.utils.fileio import publish_file
 from efficientdet_keras.utils.progress import ProgressBar
 
@@ -45,10 +45,7 @@ def shard_paths(output_prefix: str, num_shards: int) -> List[str]:
 
 def image_format(encoded: bytes) -> Optional[str]:
     """The format of image file bytes from their signature, or None when not an image TF decodes."""
-    for signature, name in IMAGE_SIGNATURES.items():
-        if encoded.startswith(signature):
-            return name
-    return None
+    return signature_format(encoded[:12]) if tensorflow_reads(encoded[:12]) else None
 
 
 def write_tfrecords(records: Sequence, output_prefix: str, num_shards: int = 1,

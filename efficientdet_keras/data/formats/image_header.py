@@ -6,8 +6,12 @@ from typing import Tuple
 
 import numpy as np
 
-# The image files a dataset folder is searched for (compared in lower case).
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+# The image files a dataset folder is searched for (compared in lower case): Ultralytics'
+# list, which leaves GIF out. TIFF is read through Pillow (`data.readable_images`); HEIC is
+# listed to be refused in one line when Pillow has no plugin for it.
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".heic")
+# The same, as a file beside an annotation may spell them (compared as they are).
+IMAGE_EXTENSIONS_EITHER_CASE = IMAGE_EXTENSIONS + tuple(e.upper() for e in IMAGE_EXTENSIONS)
 
 # The EXIF orientations that turn the image a quarter (with a mirror for 5 and 7): the
 # displayed width is the stored height.

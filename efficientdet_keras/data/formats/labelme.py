@@ -15,12 +15,13 @@ from typing import List, Optional
 
 from absl import logging
 
+from efficientdet_keras.data.formats.image_header import IMAGE_EXTENSIONS_EITHER_CASE
 from efficientdet_keras.data.formats.named_boxes import NamedBoxes, corners_box
 
 _BOX_SHAPES = ("rectangle", "polygon", "circle")
 # LabelMe writes "version", "flags" and then "shapes" first.
 _SNIFFED_CHARACTERS = 4096
-_IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".JPG", ".JPEG", ".PNG")
+_IMAGE_EXTENSIONS = IMAGE_EXTENSIONS_EITHER_CASE
 
 
 def is_labelme_file(path: str) -> bool:

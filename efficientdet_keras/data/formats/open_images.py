@@ -18,11 +18,12 @@ import glob
 import os
 from typing import Dict, List, Optional
 
+from efficientdet_keras.data.formats.image_header import IMAGE_EXTENSIONS_EITHER_CASE
 from efficientdet_keras.data.formats.named_boxes import NamedBoxes, header_size
 
 BOX_FILE_SUFFIX = "-annotations-bbox.csv"
 _COLUMNS = ("ImageID", "LabelName", "XMin", "XMax", "YMin", "YMax")
-_EXTENSIONS = (".jpg", ".jpeg", ".png", ".JPG", ".JPEG", ".PNG", ".bmp", ".webp")
+_EXTENSIONS = IMAGE_EXTENSIONS_EITHER_CASE
 
 
 def box_files(folder: str) -> Dict[str, str]:

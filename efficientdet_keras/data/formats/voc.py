@@ -18,10 +18,11 @@ import numpy as np
 from defusedxml import ElementTree
 
 from efficientdet_keras.config.label_maps import VOC_LABEL_MAP
+from efficientdet_keras.data.formats.image_header import IMAGE_EXTENSIONS_EITHER_CASE
 from efficientdet_keras.data.formats.records import ImageRecord, empty_annotations
 
 # The image files a VOC folder export puts beside its XMLs.
-VOC_IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".JPG", ".JPEG", ".PNG")
+VOC_IMAGE_EXTENSIONS = IMAGE_EXTENSIONS_EITHER_CASE
 
 
 def load_voc_records(voc_root: str, split: str = "train",

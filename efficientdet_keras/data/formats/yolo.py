@@ -22,6 +22,7 @@ from efficientdet_keras.data.formats.image_header import (displayed_to_stored,
                                                           stored_size_and_orientation)
 from efficientdet_keras.data.formats.records import ImageRecord, empty_annotations
 from efficientdet_keras.data.formats.image_header import IMAGE_EXTENSIONS
+from efficientdet_keras.data.formats.image_signatures import known_format, unreadable_formats_line
 
 # Coordinates may overshoot 0..1 by this much (rounding in exporters, boxes drawn up to the
 # border) and are clipped; beyond it the line is taken for a mistake (pixels written instead
@@ -133,6 +134,8 @@ def load_yolo_records(image_paths: Sequence[str], num_classes: int,
         logging.warning("None of the %d images has a label file (looked for %s, ...): all are "
                         "read as background images", len(records),
                         label_path_for(records[0].path))
+    if problems.unreadable_formats:
+        raise ValueError(unreadable_formats_line(problems.unreadable_formats, len(image_paths)))
     problems.log_summary(len(image_paths), lines)
     if skipped is not None:
         skipped.update(problems.counts)
@@ -144,6 +147,8 @@ class _Problems:
 
     def __init__(self):
         self.counts: collections.Counter = collections.Counter()
+        # (image, format name) of the images in a known format no reader here decodes.
+        self.unreadable_formats: List[Tuple[str, str]] = []
 
     def skip(self, kind: str, where: str, detail: str) -> None:
         self.counts[kind] += 1
@@ -191,7 +196,19 @@ def _stored_size_and_orientation(image_path: str,
     try:
         return stored_size_and_orientation(image_path)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
-        problems.skip(_BAD_IMAGE, image_path, "skipping it (%s)" % e)
+        image_format = _known_format_of(image_path)
+        if image_format:
+            problems.unreadable_formats.append((image_path, image_format))
+        else:
+            problems.skip(_BAD_IMAGE, image_path, "skipping it (%s)" % e)
+        return None
+
+
+def _known_format_of(image_path: str) -> Optional[str]:
+    try:
+        with open(image_path, "rb") as f:
+            return known_format(f.read(16))
+    except OSError:
         return None
 
 
