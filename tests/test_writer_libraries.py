@@ -1,6 +1,6 @@
 """`open_dataset` against the libraries users export datasets with: one small COCO dataset is
 written by supervision, datumaro (CVAT's exporter), globox, labelme, labelformat, Label
-Studio's converter and FiftyOne themselves, in every box layout each writes (tests/writers/write_layouts.py, run in their own environment,
+Studio's converter, FiftyOne and pylabel themselves, in every box layout each writes (tests/writers/write_layouts.py, run in their own environment,
 .venv-writers, which `make test` builds), and each result is read back: the source's
 classes and boxes, or one line for a layout the data guide says is not read."""
 
@@ -41,6 +41,7 @@ READ = {
     "fiftyone-kitti": "kitti", "globox-yolo_darknet_bare": "yolo",
     "label_studio-json": "label_studio", "label_studio-json_min": "label_studio",
     "supervision-createml": "createml", "globox-via_json": "via", "globox-cvat_beside": "cvat",
+    "pylabel-voc": "voc", "pylabel-yolov5": "yolo", "pylabel-coco": "coco",
 }
 # Exports without the class names (globox's YOLO writes no classes.txt): the classes are
 # named by their ids, the source's classes in category id order.
@@ -52,7 +53,11 @@ ONE_SPLIT = {"label_studio-json": "train", "label_studio-json_min": "train",
              "label_studio-yolo": "train", "labelformat-pascalvoc": "train",
              "labelformat-cvat": "train", "labelformat-yolov8": "val",
              "fiftyone-coco": "train", "fiftyone-voc": "train", "fiftyone-yolov5": "val",
-             "labelformat-kitti": "train", "fiftyone-kitti": "train"}
+             "labelformat-kitti": "train", "fiftyone-kitti": "train", "pylabel-voc": "train",
+             "pylabel-coco": "train"}
+# Exports whose val split lists the training images (pylabel's dataset.yaml names its one
+# images folder as both), read as written, with describe()'s warning.
+VAL_IS_TRAIN = {"pylabel-yolov5"}
 # Each export the data guide says is not read, and the start of its one-line refusal.
 NOT_READ = {
     "datumaro-datumaro": "is datumaro's own format",
@@ -109,6 +114,8 @@ def test_each_layout_is_read_box_for_box(written, export):
     assert sorted(names.values()) == sorted(dataset_layouts.NAMES)
     splits = [ONE_SPLIT[export]] if export in ONE_SPLIT else ["train", "val"]
     assert list(dataset.splits) == splits
+    if export in VAL_IS_TRAIN:
+        assert "warning: the val split is the train split" in dataset.describe()
     for split in splits:
         read = {}
         for record in dataset.split(split).records:
@@ -116,7 +123,8 @@ def test_each_layout_is_read_box_for_box(written, export):
             read[os.path.basename(record.path)] = sorted(
                 (names[int(c)], [float(v) for v in box])
                 for c, box in zip(record.classes, record.boxes))
-        expected = {name: sorted(boxes) for name, boxes in truth[split].items()}
+        written_split = "train" if export in VAL_IS_TRAIN else split
+        expected = {name: sorted(boxes) for name, boxes in truth[written_split].items()}
         assert set(read) == set(expected), split
         for name, boxes in expected.items():
             assert [c for c, _ in read[name]] == [c for c, _ in boxes], name

@@ -1,5 +1,5 @@
 """Writes one COCO dataset in every bounding-box layout that supervision, datumaro, globox,
-labelme, labelformat, Label Studio and FiftyOne write, with each library's own writer, for the held test
+labelme, labelformat, Label Studio, FiftyOne and pylabel write, with each library's own writer, for the held test
 of `open_dataset`.
 
 Run it with the writers' environment (tests/writers/requirements.txt), not the package's:
@@ -417,6 +417,34 @@ def fiftyone_exports(source):
     }
 
 
+# pylabel: a COCO split loaded by its importer and written by its exporters, the images
+# copied beside the annotations as its examples lay them out (VOC XMLs and images in folders
+# of their own; YOLOv5's dataset.yaml with labels/ and images/, which it copies itself).
+def pylabel_exports(source):
+    from pylabel import importer
+
+    def load(split):
+        json_file, images = coco_paths(source, split)
+        return importer.ImportCoco(json_file, path_to_images=os.path.relpath(
+            images, os.path.dirname(json_file)), name="widgets")
+
+    def voc(out):  # annotations/*.xml, images/
+        load("train").export.ExportToVoc(output_path=os.path.join(out, "annotations"))
+        copy_images(source, "train", os.path.join(out, "images"))
+
+    def yolov5(out):  # dataset.yaml, labels/, images/ (copied by the exporter)
+        load("train").export.ExportToYoloV5(output_path=os.path.join(out, "labels"),
+                                            yaml_file="dataset.yaml", copy_images=True,
+                                            cat_id_index=0)
+
+    def coco(out):  # annotations.json, images/
+        os.makedirs(out)
+        load("train").export.ExportToCoco(output_path=os.path.join(out, "annotations.json"))
+        copy_images(source, "train", os.path.join(out, "images"))
+
+    return {"voc": voc, "yolov5": yolov5, "coco": coco}
+
+
 LIBRARIES = (
     ("supervision", supervision_exports,
      ("coco", "pascal_voc", "yolo", "labelme", "createml")),
@@ -429,6 +457,7 @@ LIBRARIES = (
      ("coco", "pascalvoc", "yolov8", "cvat", "kitti", "lightly")),
     ("label_studio", label_studio_exports, ("json", "coco", "voc", "yolo", "csv", "json_min")),
     ("fiftyone", fiftyone_exports, ("coco", "voc", "yolov5", "kitti")),
+    ("pylabel", pylabel_exports, ("voc", "yolov5", "coco")),
 )
 
 

@@ -39,7 +39,7 @@ def read(found: Found, options: ReadOptions):
 LAYOUT = Layout(
     name="coco", data_format="coco", title="COCO JSON",
     writers="COCO JSON (COCO's own download; datumaro's, CVAT's, globox's, labelformat's, Label "
-            "Studio's and FiftyOne's COCO exports)",
+            "Studio's, FiftyOne's and pylabel's COCO exports)",
     recognised="`annotations/*.json`, else `*.json` in the folder; of a split's files the "
                "`instances_*` one",
     splits="`train`, `val`, `test` in the file names (one file alone is train)",

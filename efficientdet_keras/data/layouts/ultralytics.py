@@ -34,7 +34,7 @@ def read(found: Found, options: ReadOptions):
 LAYOUT = Layout(
     name="yolo", data_format="yolo", title="YOLO",
     writers="YOLO (Ultralytics; Roboflow's, supervision's, datumaro's `yolo_ultralytics`, "
-            "globox's `yolo_v5`, labelformat's and FiftyOne's exports)",
+            "globox's `yolo_v5`, labelformat's, FiftyOne's and pylabel's exports)",
     recognised="`data.yaml` (or one `.yaml` with `names`: a list, or ids and names, "
                "`{0: cat, ...}` or labelformat's `{1: cat, ...}`)",
     splits="its `train`, `val` (or `valid`, `validation`), `test` keys, any of them (a "

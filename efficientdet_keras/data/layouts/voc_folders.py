@@ -46,7 +46,7 @@ LAYOUT = Layout(
     name="voc_folders", data_format="voc", title="Pascal VOC",
     writers="VOC XMLs beside their images (Roboflow's, supervision's, labelImg's and globox's VOC "
             "exports), or in a folder of their own (Label Studio's `Annotations/`, labelformat's "
-            "and FiftyOne's `labels/`)",
+            "and FiftyOne's `labels/`, pylabel's)",
     recognised="`*.xml` beside the images in `train/`, `valid/`, `test/`, else in the folder "
                "itself, else any folder below it (two levels down) whose XMLs are VOC annotations "
                "with boxes; an image not beside its XML is found by the file name its `<path>` or "
