@@ -23,6 +23,8 @@ _EXPORTS = {
     "TrainResult": "workflows.train", "EvalResult": "workflows.evaluate",
     "ExportResult": "workflows.export", "FORMATS": "workflows.formats",
     "tune": "workflows.tune", "TuneResult": "workflows.tune",
+    "check_data": "workflows.check_data", "CheckResult": "workflows.check_data",
+    "convert": "workflows.convert", "ConvertResult": "workflows.convert",
     # Config.
     "Config": "config", "MODEL_NAMES": "config", "get_efficientdet_config": "config",
     "validate_config": "config",

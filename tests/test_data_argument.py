@@ -142,17 +142,24 @@ def test_training_with_evaluation_on_data_without_a_validation_split_stops_with_
         "evaluation (--mode=train), or add one")
 
 
-def test_a_dataset_converted_to_tfrecords_reads_back_and_checks(tmp_path):
+def test_a_dataset_converted_to_tfrecords_reads_back_and_checks(tmp_path, capsys):
+    """convert (efficientdet-create-tfrecord's workflow) writes every split of a folder with
+    its ground truth and class names; check_data (efficientdet-check-data's) reads them back."""
+    from efficientdet_keras import check_data, convert
     data = str(tmp_path / "VOC")
     dataset_layouts.write_voc(data, train=4, val=2)
     prefix = str(tmp_path / "records" / "pets")
-    result = run_tool("create_tfrecord.py", "--data=" + data, "--output_prefix=" + prefix)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "Wrote 4 images (4 objects) to 1 shard(s) %s-train" % prefix in result.stdout
-    assert "Wrote 2 images (2 objects) to 1 shard(s) %s-val" % prefix in result.stdout
+    result = convert(prefix, data=data)
+    printed = capsys.readouterr().out
+    assert "Wrote 4 images (4 objects) to 1 shard(s) %s-train" % prefix in printed
+    assert "Wrote 2 images (2 objects) to 1 shard(s) %s-val" % prefix in printed
+    assert (result.images_written, result.objects_written, result.images_skipped) == (6, 6, 0)
+    assert result.shards == {prefix + "-train": [prefix + "-train-00000-of-00001.tfrecord"],
+                             prefix + "-val": [prefix + "-val-00000-of-00001.tfrecord"]}
     assert sorted(os.listdir(tmp_path / "records")) == [
         "label_map.json", "pets-train-00000-of-00001.tfrecord", "pets-train.json",
         "pets-val-00000-of-00001.tfrecord", "pets-val.json"]
+    assert result.label_map_file == str(tmp_path / "records" / "label_map.json")
 
     converted = open_dataset(str(tmp_path / "records"))
     assert converted.format == "tfrecord"
@@ -161,12 +168,13 @@ def test_a_dataset_converted_to_tfrecords_reads_back_and_checks(tmp_path):
     original = open_dataset(data).ground_truth("val")
     assert [a["bbox"] for a in truth["annotations"]] == [a["bbox"] for a in original["annotations"]]
 
-    check = run_tool("check_data.py", "--data=%s" % (tmp_path / "records"), "--data_split=val",
-                     "--output_png=", "--output_json=%s" % (tmp_path / "check.json"))
-    assert check.returncode == 0, check.stderr[-3000:]
-    assert check.stdout.startswith("Data: %s, TFRecord" % (tmp_path / "records"))
+    lines = []
+    check = check_data(data=str(tmp_path / "records"), split="val",
+                       output_json=str(tmp_path / "check.json"), report=lines.append)
+    assert lines[0].startswith("Data: %s, TFRecord" % (tmp_path / "records"))
+    assert check.numbers == str(tmp_path / "check.json") and check.chart is None
     numbers = json.loads((tmp_path / "check.json").read_text())
-    assert numbers["images"] == 2
+    assert numbers == check.summary and numbers["images"] == 2
     assert [(c["name"], c["boxes"]) for c in numbers["classes"]] == [("gadget", 1), ("widget", 1)]
 
 

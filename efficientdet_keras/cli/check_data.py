@@ -26,7 +26,6 @@ from absl import flags
 from efficientdet_keras.cli.common import HPARAMS_HELP, run_app, run_or_exit
 from efficientdet_keras.cli import flag_groups
 from efficientdet_keras.cli.flag_groups import flag_values
-from efficientdet_keras.workflows.train import user_config_keys
 
 TOOL = "efficientdet-check-data"
 
@@ -77,54 +76,16 @@ def check_flags(args) -> None:
                                     % (args.preview_png, folder))
 
 
-def make_source_and_label_map(args, config):
-    """The data source of the flags and the class names to show ({id: name} or None)."""
-    from efficientdet_keras.data.sources import RecordsSource, make_source
-    from efficientdet_keras.config.label_maps import label_names
-    label_map = label_names(config.label_map)
-    if args.data:
-        from efficientdet_keras.data.formats.classes import classes_into_config
-        from efficientdet_keras.data.datasets import open_dataset
-        options = flag_groups.data_options(args)
-        dataset = open_dataset(args.data, options["voc_origin"], options["data_layout"])
-        source = dataset.source(args.data_split)
-        print(dataset.describe([args.data_split]))
-        for warning in classes_into_config(config, dataset.classes,
-                                           user_config_keys(args.hparams)):
-            print("Warning: %s" % warning)
-        return source, label_names(config.label_map)
-    if args.voc_root:
-        from efficientdet_keras.data.formats.voc import VOC_LABEL_MAP, load_voc_records
-        label_map = label_map or VOC_LABEL_MAP
-        return RecordsSource(load_voc_records(args.voc_root, args.voc_split, label_map)), \
-            label_map
-    if args.json_file:
-        from efficientdet_keras.data.formats.coco_json import coco_categories
-        label_map = label_map or coco_categories(args.json_file)
-    return make_source(args.file_pattern, args.json_file, args.image_dir), label_map
-
-
 def check_data(args) -> None:
     check_flags(args)
-    from efficientdet_keras import get_efficientdet_config
-    from efficientdet_keras.data.check import (format_report, plot_box_sizes, scan_dataset,
-                                               summarize)
-    from efficientdet_keras.utils.fileio import write_json_atomically
-    config = get_efficientdet_config(args.model_name).override(args.hparams)
-    source, label_map = make_source_and_label_map(args, config)
-    if args.preview_png:
-        from efficientdet_keras.data.preview import write_preview
-        write_preview(args.preview_png, config, source, args.preview_images, args.seed,
-                      label_map)
-        print("Augmented training images: %s" % args.preview_png)
-    scan = scan_dataset(source, config, max_records=args.max_records)
-    summary = summarize(scan, config, label_map)
-    print(format_report(summary))
-    if args.output_png and plot_box_sizes(scan, config, args.output_png):
-        print("Box size chart: %s" % args.output_png)
-    if args.output_json:
-        write_json_atomically(args.output_json, summary)
-        print("Numbers: %s" % args.output_json)
+    from efficientdet_keras.workflows.check_data import check_data as check
+    check(data=args.data or None, split=args.data_split, file_pattern=args.file_pattern or None,
+          json_file=args.json_file or None, image_dir=args.image_dir or None,
+          voc_root=args.voc_root or None, voc_split=args.voc_split, model=args.model_name,
+          hparams=args.hparams, output_png=args.output_png or None,
+          output_json=args.output_json or None, max_records=args.max_records,
+          preview_png=args.preview_png or None, preview_images=args.preview_images,
+          seed=args.seed, **flag_groups.data_options(args))
 
 
 def main(argv):

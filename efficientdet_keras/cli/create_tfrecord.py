@@ -30,14 +30,13 @@ complete, so an interrupted run leaves nothing that looks like finished output.
 Paths are local files (the final rename is os.replace).
 """
 
-import glob
 import os
 import sys
 from typing import Optional
 
-from absl import flags, logging
+from absl import flags
 
-from efficientdet_keras.cli.common import run_app
+from efficientdet_keras.cli.common import run_app, run_or_exit
 from efficientdet_keras.cli import flag_groups
 from efficientdet_keras.cli.flag_groups import flag_values
 
@@ -110,77 +109,13 @@ def main(argv):
     problem = check_flags(args)
     if problem:
         sys.exit("%s: %s" % (TOOL, problem))
-
-    try:
-        jobs, label_map = conversion_jobs(args)
-    except (OSError, ValueError, KeyError) as e:
-        sys.exit("%s: %s" % (TOOL, e))
-    for prefix, records, json_path in jobs:
-        convert(args, records, prefix, json_path, label_map)
-    if FLAGS.data:
-        from efficientdet_keras.utils.fileio import write_json_atomically
-        path = os.path.join(os.path.dirname(os.path.abspath(FLAGS.output_prefix)),
-                            "label_map.json")
-        write_json_atomically(path, {str(k): v for k, v in sorted(label_map.items())})
-        print("Class names in %s" % path)
-
-
-def conversion_jobs(args):
-    """[(output prefix, records, ground-truth JSON path or "")] and the label map."""
-    from efficientdet_keras.data.formats.label_map import read_label_map_file
-    label_map = read_label_map_file(args.label_map) if args.label_map else None
-    if args.data:
-        from efficientdet_keras.data.datasets import open_dataset
-        options = flag_groups.data_options(args)
-        dataset = open_dataset(args.data, options["voc_origin"], options["data_layout"])
-        print(dataset.describe())
-        label_map = label_map or dataset.classes.names
-        return [("%s-%s" % (args.output_prefix, name), split.records,
-                 "%s-%s.json" % (args.output_prefix, name))
-                for name, split in dataset.splits.items() if split.records is not None], \
-            label_map
-    if args.input_format == "voc":
-        from efficientdet_keras.data.formats.voc import VOC_LABEL_MAP, load_voc_records
-        label_map = label_map or VOC_LABEL_MAP
-        records = load_voc_records(args.voc_root, args.voc_split, label_map)
-    else:
-        from efficientdet_keras.data.formats.coco_json import coco_categories
-        from efficientdet_keras.data.formats.coco_records import load_coco_records
-        records = load_coco_records(args.coco_json, args.image_dir)
-        label_map = label_map or coco_categories(args.coco_json)
-    return [(args.output_prefix, records, args.output_json)], label_map
-
-
-def convert(args, records, output_prefix: str, output_json: str, label_map) -> None:
-    """Writes one set of records as shards of output_prefix (and its ground truth)."""
-    from efficientdet_keras.data.formats.coco_json import records_to_coco
-    from efficientdet_keras.data.tfrecord_writer import shard_paths, write_tfrecords
-    if not records:
-        sys.exit("%s: the input lists no images" % TOOL)
-    stale = sorted(set(glob.glob(glob.escape(output_prefix) + "-?????-of-?????.tfrecord"))
-                   - set(shard_paths(output_prefix, args.num_shards)))
-    if stale:
-        logging.warning("%d shard(s) from an earlier run with another --num_shards remain, "
-                        "e.g. %s; a '%s-*' pattern would read them too",
-                        len(stale), stale[0], output_prefix)
-
-    try:
-        stats = write_tfrecords(records, output_prefix, args.num_shards, label_map)
-    except (OSError, ValueError) as e:
-        sys.exit("%s: %s" % (TOOL, e))
-    if output_json:
-        from efficientdet_keras.utils.fileio import write_json_atomically
-        try:
-            write_json_atomically(output_json,
-                                  records_to_coco(stats.written_records, label_map), indent=None)
-        except OSError as e:
-            sys.exit("%s: %s" % (TOOL, e))
-    print("Wrote %d images (%d objects) to %d shard(s) %s-*-of-%05d.tfrecord; skipped %d images%s"
-          % (stats.images_written, stats.objects_written, args.num_shards, output_prefix,
-             args.num_shards, stats.images_skipped,
-             "; ground truth in %s" % output_json if output_json else ""))
-    if stats.data_report:
-        print("Data report: %s" % ", ".join("%s=%d" % kv for kv in stats.data_report.items()))
+    from efficientdet_keras.workflows.convert import convert
+    run_or_exit(TOOL, convert, args.output_prefix, data=args.data or None,
+                coco_json=args.coco_json or None, image_dir=args.image_dir or None,
+                voc_root=args.voc_root if args.input_format == "voc" else None,
+                voc_split=args.voc_split,
+                label_map=args.label_map or None, num_shards=args.num_shards,
+                output_json=args.output_json or None, **flag_groups.data_options(args))
 
 
 def run():
