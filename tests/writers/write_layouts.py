@@ -387,6 +387,7 @@ def fiftyone_exports(source):
     import fiftyone as fo
     import fiftyone.utils.coco as fouc
     import fiftyone.utils.kitti as fouk
+    import fiftyone.utils.tf as fout
     import fiftyone.utils.voc as fouv
     import fiftyone.utils.yolo as fouy
 
@@ -414,6 +415,9 @@ def fiftyone_exports(source):
         "yolov5": lambda out: write(fouy.YOLOv5DatasetExporter(out, split="val",
                                                                classes=names), "val"),
         "kitti": lambda out: write(fouk.KITTIDetectionDatasetExporter(out), "train"),
+        # tf.records: class/label from 0 in the classes' order, names in class/text.
+        "tfrecords": lambda out: write(fout.TFObjectDetectionDatasetExporter(out, classes=names),
+                                       "train"),
     }
 
 
@@ -456,7 +460,7 @@ LIBRARIES = (
     ("labelformat", labelformat_exports,
      ("coco", "pascalvoc", "yolov8", "cvat", "kitti", "lightly")),
     ("label_studio", label_studio_exports, ("json", "coco", "voc", "yolo", "csv", "json_min")),
-    ("fiftyone", fiftyone_exports, ("coco", "voc", "yolov5", "kitti")),
+    ("fiftyone", fiftyone_exports, ("coco", "voc", "yolov5", "kitti", "tfrecords")),
     ("pylabel", pylabel_exports, ("voc", "yolov5", "coco")),
 )
 

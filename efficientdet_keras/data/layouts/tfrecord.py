@@ -86,8 +86,8 @@ def read(found: Found, options: ReadOptions):
 
 LAYOUT = Layout(
     name="tfrecord", data_format="tfrecord", title="TFRecord",
-    writers="TFRecord (this package's, the Object Detection API's `*.record-*`, FiftyOne's "
-            "`tf.records`)",
+    writers="TFRecord (this package's, the Object Detection API's `*.record-*`, datumaro's "
+            "`tf_detection_api`, FiftyOne's `tf.records`)",
     recognised="`*.tfrecord`, `*.record` and `*.records` files with `label_map.json`, `.yaml` or "
                "`.pbtxt` beside them, else the names their records carry in "
                "`image/object/class/text` (ids numbered from 0 are read one up: 0 is the "
